@@ -1,0 +1,124 @@
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import FieldError
+from django.db.models import Count
+from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext_lazy as _
+
+from . import uris
+from .builders import current_build
+from .builders.capabilitylist import DOCUMENT_NAMES
+from .capabilities import CAPABILITY_CHOICES
+from .models import Build, Document, Resource, ResourceSet
+from .sources import registry
+
+
+class ResourceSetForm(forms.ModelForm):
+    source = forms.ChoiceField(label=_("source"), choices=())
+    capabilities = forms.MultipleChoiceField(
+        label=_("capabilities"), choices=CAPABILITY_CHOICES, widget=forms.CheckboxSelectMultiple, required=False
+    )
+
+    class Meta:
+        model = ResourceSet
+        fields = ["name", "slug", "source", "lookups", "describedby", "capabilities", "enabled", "position"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["source"].choices = [(name, name) for name in registry.names()]
+
+    def clean(self):
+        cleaned = super().clean()
+        source, lookups = cleaned.get("source"), cleaned.get("lookups")
+        if source in registry and isinstance(lookups, dict):
+            try:
+                registry.get(source).queryset(lookups).exists()
+            except (FieldError, ValueError, TypeError) as exc:
+                self.add_error("lookups", _("The source rejects this filter: %(error)s") % {"error": exc})
+        return cleaned
+
+
+@admin.register(ResourceSet)
+class ResourceSetAdmin(admin.ModelAdmin):
+    form = ResourceSetForm
+    list_display = ["name", "slug", "source", "enabled", "capability_names", "resource_count", "last_build"]
+    list_filter = ["enabled", "source"]
+    search_fields = ["name", "slug"]
+    prepopulated_fields = {"slug": ["name"]}
+    readonly_fields = ["published"]
+    actions = ["rebuild"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(resource_total=Count("resources", distinct=True))
+
+    @admin.display(description=_("capabilities"))
+    def capability_names(self, obj):
+        return ", ".join(obj.capabilities or []) or "—"
+
+    @admin.display(description=_("resources"), ordering="resource_total")
+    def resource_count(self, obj):
+        return obj.resource_total
+
+    @admin.display(description=_("last build"))
+    def last_build(self, obj):
+        build = obj.builds.order_by("-pk").first()
+        return f"{build.status}, {build.finished or build.started:%Y-%m-%d %H:%M:%S}" if build else "—"
+
+    @admin.display(description=_("published documents"))
+    def published(self, obj):
+        if obj.pk is None:
+            return "—"
+        rows = [(uris.capability_list_uri(obj), "Capability List", "")]
+        for capability, name in DOCUMENT_NAMES.items():
+            build = current_build(obj, capability)
+            if build:
+                rows.append(
+                    (
+                        uris.document_uri(obj, name),
+                        capability,
+                        f"{build.entries} entries in {build.documents} file(s), at {build.at:%Y-%m-%d %H:%M:%S}Z",
+                    )
+                )
+        return format_html("<ul>{}</ul>", format_html_join("", '<li><a href="{}">{}</a> {}</li>', rows))
+
+    @admin.action(description=_("Rebuild the selected sets now"))
+    def rebuild(self, request, queryset):
+        from .tasks import rebuild_set_task
+
+        for resource_set in queryset:
+            rebuild_set_task.delay(resource_set.pk)
+        self.message_user(request, _("Rebuild queued for %(n)d set(s).") % {"n": queryset.count()}, messages.SUCCESS)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class DocumentInline(admin.TabularInline):
+    model = Document
+    fields = ["name", "is_index", "entries", "size", "at", "completed"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Build)
+class BuildAdmin(ReadOnlyAdmin):
+    list_display = ["pk", "resource_set", "capability", "status", "entries", "documents", "at", "completed", "finished"]
+    list_filter = ["status", "capability", "resource_set"]
+    inlines = [DocumentInline]
+
+
+@admin.register(Resource)
+class ResourceAdmin(ReadOnlyAdmin):
+    list_display = ["uri", "resource_set", "lastmod", "length", "media_type"]
+    list_filter = ["resource_set"]
+    search_fields = ["uri"]
+    show_full_result_count = False

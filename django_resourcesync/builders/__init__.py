@@ -1,0 +1,98 @@
+"""Builders render capability documents into storage and publish them atomically.
+
+A build writes every file of a new version under names no reader knows yet (the build's id is
+part of each name), records them as :class:`~django_resourcesync.models.Document` rows, and then
+switches readers over in one database transaction: the new build becomes ``published`` and the one
+before it ``retired``. A reader therefore sees either the old index and old parts or the new index
+and new parts, never a mixture, and a failed build leaves the published version untouched. Retired
+builds stay in storage for ``KEEP_BUILDS`` generations, so a Destination that fetched an index just
+before a switch-over can still fetch its parts.
+"""
+
+import logging
+import tempfile
+import traceback
+
+from django.db import transaction
+from django.utils import timezone
+
+from .. import storage
+from ..conf import app_settings
+from ..models import Build, Document
+
+logger = logging.getLogger(__name__)
+
+
+class BuildContext:
+    """A running build: collects the files written, publishes them or cleans them up."""
+
+    def __init__(self, resource_set, capability, at):
+        self.resource_set = resource_set
+        self.capability = capability
+        self.build = Build.objects.create(resource_set=resource_set, capability=capability, at=at)
+        self.documents = []
+
+    def write(self, name, writer, *, md, links=(), at=None, completed=None):
+        """Finish a :class:`~django_resourcesync.xml.writer.DocumentWriter` into storage as ``name``."""
+        with tempfile.TemporaryFile() as tmp:
+            writer.finish(tmp, md=md, links=links)
+            stored = storage.save(storage.storage_name(self.resource_set.slug, self.build.pk, name), tmp)
+        document = Document(
+            build=self.build,
+            resource_set=self.resource_set,
+            name=name,
+            storage_name=stored,
+            is_index=writer.root == "sitemapindex",
+            entries=writer.count,
+            size=writer.size,
+            sha256=writer.sha256,
+            at=at,
+            completed=completed,
+        )
+        self.documents.append(document)
+        return document
+
+    def discard(self):
+        storage.delete_quietly([document.storage_name for document in self.documents])
+        self.documents = []
+
+    def publish(self, *, entries, completed):
+        """Switch readers over to this build, in one transaction; prune old builds after it."""
+        build = self.build
+        with transaction.atomic():
+            Document.objects.bulk_create(self.documents)
+            previous = Build.objects.select_for_update().filter(
+                resource_set=self.resource_set, capability=self.capability, status=Build.Status.PUBLISHED
+            )
+            previous.update(status=Build.Status.RETIRED)
+            build.status = Build.Status.PUBLISHED
+            build.entries = entries
+            build.documents = len(self.documents)
+            build.completed = completed
+            build.finished = timezone.now()
+            build.save()
+            stale = list(
+                Build.objects.filter(
+                    resource_set=self.resource_set, capability=self.capability, status=Build.Status.RETIRED
+                ).order_by("-pk")[app_settings.KEEP_BUILDS :]
+            )
+            stale_files = list(Document.objects.filter(build__in=stale).values_list("storage_name", flat=True))
+            Build.objects.filter(pk__in=[b.pk for b in stale]).delete()
+            transaction.on_commit(lambda: storage.delete_quietly(stale_files))
+        return build
+
+    def fail(self, exc):
+        self.discard()
+        self.build.status = Build.Status.FAILED
+        self.build.error = "".join(traceback.format_exception(exc))[-10_000:]
+        self.build.finished = timezone.now()
+        self.build.save(update_fields=["status", "error", "finished"])
+        logger.error("Build %s failed: %s", self.build, exc)
+
+
+def current_build(resource_set, capability):
+    return (
+        Build.objects.filter(resource_set=resource_set, capability=capability, status=Build.Status.PUBLISHED)
+        .order_by("-pk")
+        .first()
+    )

@@ -1,0 +1,161 @@
+"""System checks: every misconfiguration a site owner can make, reported with a hint."""
+
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+from django.urls import NoReverseMatch, reverse
+
+from .conf import DEFAULTS, app_settings
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs=None, **kwargs):
+    errors = []
+    user = getattr(settings, "RESOURCESYNC", None)
+    if user is not None and not isinstance(user, dict):
+        return [Error("settings.RESOURCESYNC must be a dict.", hint='RESOURCESYNC = {"BASE_URL": "https://…"}', id="resourcesync.E001")]
+    unknown = app_settings.unknown_keys()
+    if unknown:
+        errors.append(
+            Error(
+                f"Unknown key(s) in settings.RESOURCESYNC: {', '.join(unknown)}.",
+                hint=f"Known keys: {', '.join(sorted(DEFAULTS))}.",
+                id="resourcesync.E002",
+            )
+        )
+        return errors
+    base = app_settings.BASE_URL
+    parts = urlsplit(base or "")
+    if not base:
+        errors.append(
+            Error(
+                "RESOURCESYNC['BASE_URL'] is not set.",
+                hint="Set it to the absolute base of the site's URIs, e.g. 'https://repository.example.org'.",
+                id="resourcesync.E003",
+            )
+        )
+    elif parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query or parts.fragment:
+        errors.append(
+            Error(
+                f"RESOURCESYNC['BASE_URL'] = {base!r} is not an http(s) scheme and host.",
+                hint="Give scheme, host and optional port only, e.g. 'https://repository.example.org'.",
+                id="resourcesync.E004",
+            )
+        )
+    alias = app_settings.STORAGE
+    if alias not in settings.STORAGES:
+        errors.append(
+            Error(
+                f"RESOURCESYNC['STORAGE'] = {alias!r} is not an alias in settings.STORAGES.",
+                hint=f"Use one of: {', '.join(sorted(settings.STORAGES))}, or add {alias!r} to STORAGES.",
+                id="resourcesync.E005",
+            )
+        )
+    for key in ("MAX_ENTRIES_PER_DOCUMENT", "MAX_DOCUMENT_BYTES", "BATCH_SIZE"):
+        value = getattr(app_settings, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            errors.append(Error(f"RESOURCESYNC['{key}'] must be a positive integer.", hint=f"Default: {DEFAULTS[key]}.", id="resourcesync.E006"))
+    if isinstance(app_settings.MAX_ENTRIES_PER_DOCUMENT, int) and app_settings.MAX_ENTRIES_PER_DOCUMENT > 50_000:
+        errors.append(
+            Error(
+                "RESOURCESYNC['MAX_ENTRIES_PER_DOCUMENT'] is above 50,000, the sitemaps limit Destinations rely on.",
+                hint="Use 50000 or less.",
+                id="resourcesync.E007",
+            )
+        )
+    if isinstance(app_settings.MAX_DOCUMENT_BYTES, int) and not 10_000 <= app_settings.MAX_DOCUMENT_BYTES <= 50 * 1024 * 1024:
+        errors.append(
+            Error(
+                "RESOURCESYNC['MAX_DOCUMENT_BYTES'] must be between 10,000 and 52,428,800 (50 MB).",
+                hint="Use 52428800 or less.",
+                id="resourcesync.E008",
+            )
+        )
+    if not isinstance(app_settings.KEEP_BUILDS, int) or app_settings.KEEP_BUILDS < 0:
+        errors.append(Error("RESOURCESYNC['KEEP_BUILDS'] must be 0 or more.", hint="Default: 1.", id="resourcesync.E009"))
+    try:
+        reverse("resourcesync:source-description")
+    except NoReverseMatch:
+        errors.append(
+            Error(
+                "The ResourceSync URLs are not included in the URLconf.",
+                hint='Add path("", include("django_resourcesync.urls")) to the root urls.py.',
+                id="resourcesync.E010",
+            )
+        )
+    else:
+        if reverse("resourcesync:source-description") != "/.well-known/resourcesync":
+            errors.append(
+                Warning(
+                    "The Source Description is not served at /.well-known/resourcesync.",
+                    hint="Include django_resourcesync.urls at the site root, with no prefix.",
+                    id="resourcesync.W001",
+                )
+            )
+    return errors
+
+
+@register(Tags.database)
+def check_sets(app_configs=None, **kwargs):
+    """Sets that name an unregistered source or a filter the source's queryset rejects."""
+    from django.core.exceptions import FieldError
+    from django.db import DatabaseError
+
+    from .models import ResourceSet
+    from .sources import registry
+
+    errors = []
+    try:
+        sets = list(ResourceSet.objects.all())
+    except DatabaseError:  # not migrated yet
+        return errors
+    for resource_set in sets:
+        if resource_set.source not in registry:
+            errors.append(
+                Error(
+                    f"Resource set {resource_set.slug!r} names the source {resource_set.source!r}, which is not registered.",
+                    hint=f"Registered sources: {', '.join(registry.names()) or 'none'}. Register it, or edit the set in the admin.",
+                    obj=resource_set,
+                    id="resourcesync.E011",
+                )
+            )
+            continue
+        try:
+            resource_set.get_source().queryset(resource_set.lookups).exists()
+        except (FieldError, ValueError, TypeError, ImproperlyConfigured) as exc:
+            errors.append(
+                Error(
+                    f"Resource set {resource_set.slug!r} has a filter its source rejects: {exc}",
+                    hint="Fix the filter in the admin; it is a JSON object of queryset lookups.",
+                    obj=resource_set,
+                    id="resourcesync.E012",
+                )
+            )
+    return errors
+
+
+@register(Tags.compatibility)
+def check_sources(app_configs=None, **kwargs):
+    from .apps import source_module_errors
+    from .sources import registry
+
+    errors = [
+        Error(
+            f"RESOURCESYNC['SOURCE_MODULES'] names {module!r}, which cannot be imported: {exc}",
+            hint="Give the dotted path of a module that registers resource sources.",
+            id="resourcesync.E013",
+        )
+        for module, exc in source_module_errors
+    ]
+    if not errors and not registry.names():
+        return [
+            Warning(
+                "No resource source is registered, so no set can publish anything.",
+                hint="Register a ResourceSource subclass in a resourcesync.py module of one of your apps.",
+                id="resourcesync.W002",
+            )
+        ]
+    return errors
+

@@ -1,0 +1,92 @@
+"""The ``RESOURCESYNC`` settings namespace.
+
+Every option lives in one dict in the project's settings::
+
+    RESOURCESYNC = {
+        "BASE_URL": "https://repository.example.org",
+        "STORAGE": "default",
+    }
+
+Read options through :data:`app_settings` (``app_settings.BASE_URL``). Unknown keys raise
+``ImproperlyConfigured`` when the settings are first read; the system checks in
+:mod:`django_resourcesync.checks` report them, and every value a site owner can get wrong, with a
+hint.
+"""
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+DEFAULTS = {
+    # Absolute base of every URI the documents contain: scheme and host, no trailing slash.
+    "BASE_URL": None,
+    # Alias in settings.STORAGES of the storage the documents are written to.
+    "STORAGE": "default",
+    # Folder inside that storage.
+    "STORAGE_PREFIX": "resourcesync",
+    # A <urlset> document holds at most this many entries and bytes (sitemaps.org limits).
+    "MAX_ENTRIES_PER_DOCUMENT": 50_000,
+    "MAX_DOCUMENT_BYTES": 50 * 1024 * 1024,
+    # Rows fetched per database round trip in builds and scans.
+    "BATCH_SIZE": 5_000,
+    # Builds of each capability kept in storage after they are replaced, so that a Destination
+    # that fetched an index just before a switch-over can still fetch its parts.
+    "KEEP_BUILDS": 1,
+    # Serve documents by redirecting to the storage URL instead of streaming them through Django.
+    "SERVE_BY_REDIRECT": False,
+    # URI of a document describing the Source as a whole (Source Description rs:ln describedby).
+    "SOURCE_DESCRIBEDBY": None,
+    # Modules (import strings) that register resource sources, besides the autodiscovered
+    # ``resourcesync`` module of every installed app.
+    "SOURCE_MODULES": [],
+}
+
+class AppSettings:
+    """Attribute access to ``settings.RESOURCESYNC`` with defaults."""
+
+    def __init__(self):
+        self._cache = None
+
+    @property
+    def user_settings(self):
+        return getattr(settings, "RESOURCESYNC", None) or {}
+
+    def unknown_keys(self):
+        return sorted(set(self.user_settings) - set(DEFAULTS))
+
+    def _load(self):
+        user = self.user_settings
+        if not isinstance(user, dict):
+            raise ImproperlyConfigured("settings.RESOURCESYNC must be a dict.")
+        unknown = self.unknown_keys()
+        if unknown:
+            raise ImproperlyConfigured(
+                f"Unknown key(s) in settings.RESOURCESYNC: {', '.join(unknown)}. "
+                f"Known keys: {', '.join(sorted(DEFAULTS))}."
+            )
+        merged = dict(DEFAULTS)
+        merged.update(user)
+        if merged["BASE_URL"]:
+            merged["BASE_URL"] = str(merged["BASE_URL"]).rstrip("/")
+        return merged
+
+    def __getattr__(self, name):
+        if name not in DEFAULTS:
+            raise AttributeError(f"Unknown ResourceSync setting: {name!r}")
+        if self._cache is None:
+            self._cache = self._load()
+        return self._cache[name]
+
+    def reload(self):
+        self._cache = None
+
+
+app_settings = AppSettings()
+
+
+def _reload(*, setting, **kwargs):
+    if setting in ("RESOURCESYNC", "STORAGES"):
+        app_settings.reload()
+
+
+setting_changed.connect(_reload)

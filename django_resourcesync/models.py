@@ -1,0 +1,141 @@
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from .capabilities import CAPABILITY_CHOICES
+
+
+def validate_lookups(value):
+    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+        raise ValidationError(_('Enter a JSON object of queryset lookups, such as {"collection__slug": "theses"}.'))
+
+
+def validate_capabilities(value):
+    known = {choice for choice, _label in CAPABILITY_CHOICES}
+    if not isinstance(value, list) or not set(value) <= known:
+        raise ValidationError(_("Choose capabilities among: %(known)s.") % {"known": ", ".join(sorted(known))})
+
+
+class ResourceSet(models.Model):
+    """A set of resources with its own Capability List (spec section 9)."""
+
+    name = models.CharField(_("name"), max_length=200)
+    slug = models.SlugField(_("slug"), unique=True, help_text=_("Part of the set's URIs: /resourcesync/<slug>/…"))
+    source = models.CharField(_("source"), max_length=100, help_text=_("A registered resource source."))
+    lookups = models.JSONField(
+        _("filter"),
+        default=dict,
+        blank=True,
+        validators=[validate_lookups],
+        help_text=_('Queryset lookups narrowing the source\'s items, e.g. {"collection__slug": "theses"}.'),
+    )
+    describedby = models.URLField(
+        _("description URL"), max_length=2048, blank=True, help_text=_("A document describing this set (rs:ln rel=\"describedby\").")
+    )
+    capabilities = models.JSONField(
+        _("capabilities"), default=list, blank=True, validators=[validate_capabilities]
+    )
+    enabled = models.BooleanField(_("enabled"), default=True)
+    position = models.PositiveIntegerField(_("position"), default=0, help_text=_("Order in the Source Description."))
+    created = models.DateTimeField(_("created"), auto_now_add=True)
+    modified = models.DateTimeField(_("modified"), auto_now=True)
+
+    class Meta:
+        ordering = ["position", "slug"]
+        verbose_name = _("resource set")
+        verbose_name_plural = _("resource sets")
+
+    def __str__(self):
+        return self.name
+
+    def get_source(self):
+        from .sources import registry
+
+        return registry.get(self.source)
+
+    def has_capability(self, capability):
+        return capability in (self.capabilities or [])
+
+
+class Resource(models.Model):
+    """The app's own record of one published resource of a set: what its entry says."""
+
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="resources")
+    object_pk = models.CharField(max_length=64)
+    uri = models.CharField(max_length=2048)
+    lastmod = models.DateTimeField(null=True, blank=True)
+    changefreq = models.CharField(max_length=8, blank=True)
+    md5 = models.CharField(max_length=32, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True)
+    length = models.BigIntegerField(null=True, blank=True)
+    media_type = models.CharField(max_length=255, blank=True)
+    links = models.JSONField(default=list, blank=True)
+    fingerprint = models.CharField(max_length=512, blank=True)
+    recorded = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["resource_set", "object_pk"], name="resourcesync_resource_object"),
+            models.UniqueConstraint(fields=["resource_set", "uri"], name="resourcesync_resource_uri"),
+        ]
+        verbose_name = _("resource")
+        verbose_name_plural = _("resources")
+
+    def __str__(self):
+        return self.uri
+
+
+class Build(models.Model):
+    """One rendering of a capability document (and its parts) for a set."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running", _("running")
+        PUBLISHED = "published", _("published")
+        RETIRED = "retired", _("retired")
+        FAILED = "failed", _("failed")
+
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="builds")
+    capability = models.CharField(max_length=32)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    at = models.DateTimeField(_("snapshot started"))
+    completed = models.DateTimeField(_("snapshot completed"), null=True, blank=True)
+    entries = models.PositiveBigIntegerField(default=0)
+    documents = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    started = models.DateTimeField(default=timezone.now)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-pk"]
+        indexes = [models.Index(fields=["resource_set", "capability", "status"])]
+        verbose_name = _("build")
+        verbose_name_plural = _("builds")
+
+    def __str__(self):
+        return f"{self.resource_set.slug} {self.capability} #{self.pk} ({self.status})"
+
+
+class Document(models.Model):
+    """A file in storage that is served at ``/resourcesync/<set>/<name>``."""
+
+    build = models.ForeignKey(Build, on_delete=models.CASCADE, related_name="files")
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="documents")
+    name = models.CharField(max_length=255, help_text=_("Path under the set's URL prefix."))
+    storage_name = models.CharField(max_length=1024)
+    is_index = models.BooleanField(default=False)
+    entries = models.PositiveIntegerField(default=0)
+    size = models.PositiveBigIntegerField(default=0)
+    sha256 = models.CharField(max_length=64)
+    at = models.DateTimeField(null=True, blank=True)
+    completed = models.DateTimeField(null=True, blank=True)
+    written = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["build", "name"], name="resourcesync_document_name")]
+        indexes = [models.Index(fields=["resource_set", "name"])]
+        verbose_name = _("document")
+        verbose_name_plural = _("documents")
+
+    def __str__(self):
+        return f"{self.resource_set.slug}/{self.name}"

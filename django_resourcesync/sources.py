@@ -1,0 +1,339 @@
+"""The publishing API: say which objects are resources and what each one publishes.
+
+Modelled on :class:`django.contrib.sitemaps.Sitemap`: subclass :class:`ResourceSource`, set
+``model`` or override ``items()``, and describe each object with hooks that may be attributes or
+methods taking the object. Register the class in a ``resourcesync.py`` module of your app::
+
+    from django_resourcesync import sources
+
+    @sources.register
+    class BitstreamSource(sources.ResourceSource):
+        name = "bitstreams"
+        def items(self):
+            return Bitstream.objects.filter(item__is_public=True)
+        def file(self, obj):
+            return obj.file
+
+Only what ``items()`` returns is ever published: leave out whatever the site does not show to the
+public there.
+"""
+
+import hashlib
+import logging
+import mimetypes
+import re
+from dataclasses import dataclass, field
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.encoding import iri_to_uri
+
+from .conf import app_settings
+
+logger = logging.getLogger(__name__)
+
+READ_CHUNK = 1024 * 1024
+
+# The ResourceSync schema types rs:md/@type and rs:ln/@type with the pattern [\w-]+/[\w-]+, in
+# which \w leaves out punctuation such as "." and "_". Media types outside it are not published.
+MEDIA_TYPE_RE = re.compile(r"^[A-Za-z0-9+-]+/[A-Za-z0-9+-]+$")
+REL_RE = re.compile(r"^[a-z][a-z0-9.-]*$")
+URI_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+LINK_ATTRIBUTES = ("rel", "href", "type", "length", "hash", "modified", "pri", "encoding", "profile", "path")
+CHANGEFREQS = {"always", "hourly", "daily", "weekly", "monthly", "yearly", "never"}
+MAX_URI_LENGTH = 2048
+MIN_URI_LENGTH = 12
+
+
+class AlreadyRegistered(ImproperlyConfigured):
+    pass
+
+
+class NotRegistered(KeyError):
+    pass
+
+
+class UnpublishableResource(ValueError):
+    """An object whose entry cannot be published (its URI is too long, say)."""
+
+
+def absolute_uri(location):
+    """Make ``location`` (a path or an absolute IRI) an absolute, percent-encoded URI."""
+    location = str(location)
+    if not URI_SCHEME_RE.match(location):
+        if not location.startswith("/"):
+            location = "/" + location
+        base = app_settings.BASE_URL
+        if not base:
+            raise ImproperlyConfigured("RESOURCESYNC['BASE_URL'] is not set.")
+        location = base + location
+    # iri_to_uri percent-encodes spaces, control characters and non-ASCII as UTF-8, and keeps
+    # existing %XX escapes, so the result is plain ASCII an XML document can always carry.
+    uri = iri_to_uri(location)
+    if not (MIN_URI_LENGTH <= len(uri) <= MAX_URI_LENGTH):
+        raise UnpublishableResource(f"URI length {len(uri)} is outside {MIN_URI_LENGTH}..{MAX_URI_LENGTH}: {uri[:80]}")
+    return uri
+
+
+def normalise_media_type(value):
+    """``text/html; charset=utf-8`` -> ``text/html``; ``None`` for what the schema cannot carry."""
+    if not value:
+        return None
+    value = str(value).split(";", 1)[0].strip().lower()
+    return value if MEDIA_TYPE_RE.match(value) else None
+
+
+@dataclass(frozen=True)
+class Representation:
+    """What a resource's bytes are: digests, length and media type."""
+
+    md5: str
+    sha256: str
+    length: int
+    media_type: str | None = None
+
+    @classmethod
+    def of_chunks(cls, chunks, media_type=None):
+        md5, sha256, length = hashlib.md5(), hashlib.sha256(), 0
+        for chunk in chunks:
+            md5.update(chunk)
+            sha256.update(chunk)
+            length += len(chunk)
+        return cls(md5.hexdigest(), sha256.hexdigest(), length, normalise_media_type(media_type))
+
+
+@dataclass
+class Entry:
+    """Everything a Resource List says about one resource."""
+
+    uri: str
+    lastmod: object = None  # aware datetime or None
+    md5: str = ""
+    sha256: str = ""
+    length: int | None = None
+    media_type: str | None = None
+    changefreq: str | None = None
+    links: list = field(default_factory=list)
+
+
+def clean_link(link):
+    """Keep the attributes of an ``rs:ln`` dict that the schema accepts; ``None`` if unusable."""
+    rel, href = link.get("rel"), link.get("href")
+    if not rel or not href:
+        return None
+    rel = str(rel)
+    if not REL_RE.match(rel) and not URI_SCHEME_RE.match(rel):
+        return None
+    try:
+        cleaned = {"rel": rel, "href": absolute_uri(href)}
+    except UnpublishableResource:
+        return None
+    for key in LINK_ATTRIBUTES[2:]:
+        value = link.get(key)
+        if value is None or value == "":
+            continue
+        if key == "type":
+            value = normalise_media_type(value)
+        elif key in ("length", "pri"):
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                value = None
+            if value is not None and (value < 0 or (key == "pri" and not 1 <= value <= 999_999)):
+                value = None
+        elif key == "modified":
+            from .xml.writer import w3c_datetime
+
+            value = w3c_datetime(value)
+        elif key == "profile":
+            value = iri_to_uri(str(value))
+        elif key == "path":
+            value = str(value) if str(value).startswith("/") and not str(value).endswith("/") else None
+        else:
+            value = str(value)
+        if value is not None:
+            cleaned[key] = value
+    return cleaned
+
+
+class ResourceSource:
+    """Base class of a source of resources. Override what differs from the defaults.
+
+    Hooks that take the object may also be plain attributes (as in Django's ``Sitemap``):
+
+    ``items()``
+        The objects that are published resources (default: every object of ``model``). Filter
+        out here whatever the public site does not show.
+    ``location(obj)``
+        A path or absolute URI; default ``obj.get_absolute_url()``. Paths are made absolute with
+        ``RESOURCESYNC["BASE_URL"]``.
+    ``lastmod(obj)``
+        An aware datetime, or ``None``.
+    ``file(obj)``
+        A ``FieldFile`` whose bytes are the resource; hashes, length and type come from it.
+    ``content(obj)``
+        The bytes of the resource (or ``(bytes, media_type)``), when they are not a file.
+        :class:`ViewSource` renders them from the site's own view.
+    ``media_type(obj)``
+        Media type; default: guessed from the file name, or given by ``content()``.
+    ``links(obj)``
+        A list of dicts with ``rel``, ``href`` and optional ``type``, ``length``, ``hash``,
+        ``modified``, ``pri``, ``encoding``, ``profile`` (spec section 14).
+    ``changefreq(obj)``
+        One of always, hourly, daily, weekly, monthly, yearly, never.
+    ``fingerprint(obj)``
+        A cheap value that changes whenever the bytes do; bytes are hashed again only when it
+        changes. Default: the file's name and size, or ``lastmod``.
+    """
+
+    name = None
+    model = None
+    changefreq = None
+
+    def items(self):
+        if self.model is None:
+            raise ImproperlyConfigured(f"{type(self).__name__} sets neither `model` nor `items()`.")
+        return self.model._default_manager.all()
+
+    def location(self, obj):
+        return obj.get_absolute_url()
+
+    def lastmod(self, obj):
+        return None
+
+    def file(self, obj):
+        return None
+
+    def content(self, obj):
+        return None
+
+    def media_type(self, obj):
+        return None
+
+    def links(self, obj):
+        return []
+
+    def fingerprint(self, obj):
+        f = self._get("file", obj)
+        if f:
+            try:
+                return f"{f.name}:{f.size}:{self._get('lastmod', obj)}"
+            except (OSError, ValueError):
+                return None
+        lastmod = self._get("lastmod", obj)
+        return lastmod.isoformat() if lastmod else None
+
+    # -- the machinery below is not meant to be overridden --------------------------------
+
+    def _get(self, name, obj, default=None):
+        attr = getattr(self, name, None)
+        value = attr(obj) if callable(attr) else attr
+        return default if value is None else value
+
+    def queryset(self, lookups=None):
+        qs = self.items()
+        if lookups:
+            qs = qs.filter(**lookups)
+        return qs
+
+    def entry(self, obj, representation=None):
+        """Describe ``obj``; ``representation`` is the known one, or ``None`` to read the bytes."""
+        uri = absolute_uri(self._get("location", obj))
+        changefreq = self._get("changefreq", obj)
+        if changefreq not in CHANGEFREQS:
+            changefreq = None
+        links = [link for link in map(clean_link, self._get("links", obj, [])) if link]
+        if representation is None:
+            representation = self.representation(obj)
+        entry = Entry(uri=uri, lastmod=self._get("lastmod", obj), changefreq=changefreq, links=links)
+        if representation is not None:
+            entry.md5, entry.sha256 = representation.md5, representation.sha256
+            entry.length, entry.media_type = representation.length, representation.media_type
+        return entry
+
+    def representation(self, obj):
+        """Hash the resource's bytes; ``None`` when they cannot be had (a missing file, say)."""
+        explicit_type = self._get("media_type", obj)
+        f = self._get("file", obj)
+        if f:
+            try:
+                f.open("rb")
+                try:
+                    return Representation.of_chunks(
+                        f.chunks(READ_CHUNK), explicit_type or mimetypes.guess_type(f.name)[0]
+                    )
+                finally:
+                    f.close()
+            except (OSError, ValueError) as exc:
+                logger.warning("Cannot read %s for %r: %s", getattr(f, "name", f), obj, exc)
+                return None
+        content = self._get("content", obj)
+        if content is None:
+            return None
+        content_type = None
+        if isinstance(content, tuple):
+            content, content_type = content
+        if isinstance(content, str):
+            content = content.encode("utf-8")
+        return Representation.of_chunks([content], explicit_type or content_type)
+
+
+class ViewSource(ResourceSource):
+    """A source whose resources are pages of the site: the bytes are those its view returns.
+
+    ``content()`` resolves ``location(obj)`` against the URLconf and calls the view with a GET
+    request, so what is listed is exactly what a Destination will fetch.
+    """
+
+    def fingerprint(self, obj):
+        # A page may show data from other objects than ``obj``: without a fingerprint the
+        # site defines, render it on every pass.
+        return None
+
+    def content(self, obj):
+        from .rendering import render_location
+
+        return render_location(self._get("location", obj))
+
+
+class SourceRegistry:
+    """Registered sources, by name."""
+
+    def __init__(self):
+        self._sources = {}
+
+    def register(self, source_class=None, *, name=None):
+        """Register a :class:`ResourceSource` subclass; usable as a decorator."""
+
+        def do_register(cls):
+            if not (isinstance(cls, type) and issubclass(cls, ResourceSource)):
+                raise ImproperlyConfigured(f"{cls!r} is not a ResourceSource subclass.")
+            key = name or cls.name or cls.__name__.lower()
+            if key in self._sources:
+                raise AlreadyRegistered(f"A resource source named {key!r} is already registered.")
+            cls.name = key
+            self._sources[key] = cls()
+            return cls
+
+        return do_register(source_class) if source_class is not None else do_register
+
+    def unregister(self, name):
+        try:
+            del self._sources[name]
+        except KeyError:
+            raise NotRegistered(name) from None
+
+    def get(self, name):
+        try:
+            return self._sources[name]
+        except KeyError:
+            raise NotRegistered(name) from None
+
+    def names(self):
+        return sorted(self._sources)
+
+    def __contains__(self, name):
+        return name in self._sources
+
+
+registry = SourceRegistry()
+register = registry.register

@@ -1,0 +1,35 @@
+"""Where documents are written: the Django storage named by ``RESOURCESYNC["STORAGE"]``."""
+
+import logging
+import posixpath
+
+from django.core.files import File
+from django.core.files.storage import storages
+
+from .conf import app_settings
+
+logger = logging.getLogger(__name__)
+
+
+def get_storage():
+    return storages[app_settings.STORAGE]
+
+
+def storage_name(*parts):
+    return posixpath.join(app_settings.STORAGE_PREFIX, *(str(part) for part in parts))
+
+
+def save(name, fileobj):
+    """Save an open binary file under ``name``; returns the name the storage chose."""
+    fileobj.seek(0)
+    return get_storage().save(name, File(fileobj, name=posixpath.basename(name)))
+
+
+def delete_quietly(names):
+    """Delete files, logging (not raising) what fails: used to clean up after builds."""
+    storage = get_storage()
+    for name in names:
+        try:
+            storage.delete(name)
+        except Exception:  # a cleanup failure must not hide the error being handled
+            logger.exception("Could not delete %s from storage", name)

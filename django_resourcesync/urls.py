@@ -1,0 +1,13 @@
+"""URLs of the Source: include at the site root, ``path("", include("django_resourcesync.urls"))``."""
+
+from django.urls import path
+
+from . import views
+
+app_name = "resourcesync"
+
+urlpatterns = [
+    path(".well-known/resourcesync", views.source_description, name="source-description"),
+    path("resourcesync/<slug:slug>/capabilitylist.xml", views.capability_list, name="capability-list"),
+    path("resourcesync/<slug:slug>/<path:name>", views.document, name="document"),
+]

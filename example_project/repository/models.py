@@ -1,0 +1,59 @@
+"""A small institutional repository: collections of items, each with files (bitstreams)."""
+
+from django.db import models
+from django.urls import reverse
+
+
+class Collection(models.Model):
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(unique=True)
+    description = models.TextField(blank=True)
+
+    def __str__(self):
+        return self.name
+
+
+class Item(models.Model):
+    collection = models.ForeignKey(Collection, on_delete=models.PROTECT, related_name="items")
+    title = models.CharField(max_length=500)
+    creator = models.CharField(max_length=200, blank=True)
+    abstract = models.TextField(blank=True)
+    is_public = models.BooleanField(default=True)
+    created = models.DateTimeField(auto_now_add=True)
+    modified = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["pk"]
+
+    def __str__(self):
+        return self.title
+
+    def get_absolute_url(self):
+        return reverse("repository:item", kwargs={"pk": self.pk})
+
+    def get_metadata_url(self):
+        return reverse("repository:item-metadata", kwargs={"pk": self.pk})
+
+
+def item_file_path(instance, filename):
+    return f"items/{instance.item_id}/{filename}"
+
+
+class ItemFile(models.Model):
+    """A file (bitstream) of an item, served at a URL that ends in its original file name."""
+
+    item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="files")
+    name = models.CharField(max_length=255, help_text="The file name shown to users and used in the URL.")
+    file = models.FileField(upload_to=item_file_path, max_length=500)
+    media_type = models.CharField(max_length=255, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    modified = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["pk"]
+
+    def __str__(self):
+        return self.name
+
+    def get_absolute_url(self):
+        return reverse("repository:file", kwargs={"item": self.item_id, "pk": self.pk, "name": self.name})

@@ -1,0 +1,41 @@
+"""Public pages of the repository. Items that are not public are answered 404 everywhere."""
+
+import mimetypes
+
+from django.http import FileResponse, Http404
+from django.shortcuts import get_object_or_404, render
+
+from .models import Item, ItemFile
+
+
+def public_items():
+    return Item.objects.filter(is_public=True)
+
+
+def home(request):
+    items = public_items().select_related("collection").order_by("-pk")[:20]
+    return render(request, "repository/home.html", {"items": items})
+
+
+def item(request, pk):
+    obj = get_object_or_404(public_items().select_related("collection"), pk=pk)
+    return render(request, "repository/item.html", {"item": obj, "files": obj.files.all()})
+
+
+def item_metadata(request, pk):
+    obj = get_object_or_404(public_items().select_related("collection"), pk=pk)
+    return render(request, "repository/metadata.xml", {"item": obj}, content_type="application/xml; charset=utf-8")
+
+
+def item_file(request, item, pk, name):
+    obj = get_object_or_404(ItemFile.objects.filter(item__is_public=True), item_id=item, pk=pk)
+    if obj.name != name:
+        raise Http404("No such file")
+    try:
+        handle = obj.file.open("rb")
+    except (FileNotFoundError, ValueError):
+        raise Http404("File missing") from None
+    content_type = obj.media_type or mimetypes.guess_type(obj.name)[0] or "application/octet-stream"
+    response = FileResponse(handle, content_type=content_type)
+    response["Content-Length"] = str(obj.file.size)
+    return response

@@ -1,0 +1,8 @@
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("", include("example_project.repository.urls")),
+    path("", include("django_resourcesync.urls")),
+]
