@@ -98,8 +98,11 @@ def check_settings(app_configs=None, **kwargs):
 
 
 @register(Tags.database)
-def check_sets(app_configs=None, **kwargs):
-    """Sets that name an unregistered source or a filter the source's queryset rejects."""
+def check_sets(app_configs=None, databases=None, **kwargs):
+    """Sets that name an unregistered source or a filter the source's queryset rejects.
+
+    Runs where Django runs database checks (``migrate``, ``check --database default``).
+    """
     from django.core.exceptions import FieldError
     from django.db import DatabaseError
 
@@ -107,6 +110,8 @@ def check_sets(app_configs=None, **kwargs):
     from .sources import registry
 
     errors = []
+    if not databases:
+        return errors
     try:
         sets = list(ResourceSet.objects.all())
     except DatabaseError:  # not migrated yet

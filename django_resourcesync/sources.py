@@ -23,9 +23,9 @@ import logging
 import mimetypes
 import re
 from dataclasses import dataclass, field
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from django.core.exceptions import ImproperlyConfigured
-from django.utils.encoding import iri_to_uri
 
 from .conf import app_settings
 
@@ -66,12 +66,47 @@ def absolute_uri(location):
         if not base:
             raise ImproperlyConfigured("RESOURCESYNC['BASE_URL'] is not set.")
         location = base + location
-    # iri_to_uri percent-encodes spaces, control characters and non-ASCII as UTF-8, and keeps
-    # existing %XX escapes, so the result is plain ASCII an XML document can always carry.
-    uri = iri_to_uri(location)
+    uri = encode_uri(location)
     if not (MIN_URI_LENGTH <= len(uri) <= MAX_URI_LENGTH):
         raise UnpublishableResource(f"URI length {len(uri)} is outside {MIN_URI_LENGTH}..{MAX_URI_LENGTH}: {uri[:80]}")
     return uri
+
+
+_STRAY_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_PATH_SAFE = "/!$&'()*+,;=:@%"
+_QUERY_SAFE = _PATH_SAFE + "?"
+
+
+def _quote(part, safe):
+    return quote(_STRAY_PERCENT.sub("%25", part), safe=safe, errors="surrogatepass")
+
+
+def encode_uri(iri):
+    """Percent-encode an IRI into an RFC 3986 URI that ``xs:anyURI`` accepts.
+
+    Non-ASCII characters become UTF-8 escapes (IDNA for host names), spaces, control characters
+    and characters not allowed in each component are escaped, and existing ``%XX`` escapes are
+    kept, so the result is plain ASCII that an XML document can always carry.
+    """
+    parts = urlsplit(iri.strip())
+    netloc = parts.netloc
+    if netloc and not netloc.isascii():
+        userinfo, _, hostport = netloc.rpartition("@")
+        host, colon, port = hostport.partition(":")
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            host = _quote(host, "")
+        netloc = (f"{_quote(userinfo, ':')}@" if userinfo else "") + host + colon + port
+    return urlunsplit(
+        (
+            parts.scheme.lower(),
+            _quote(netloc, "@:[]!$&'()*+,;="),
+            _quote(parts.path, _PATH_SAFE),
+            _quote(parts.query, _QUERY_SAFE),
+            _quote(parts.fragment, _QUERY_SAFE),
+        )
+    )
 
 
 def normalise_media_type(value):
@@ -145,7 +180,7 @@ def clean_link(link):
 
             value = w3c_datetime(value)
         elif key == "profile":
-            value = iri_to_uri(str(value))
+            value = encode_uri(str(value))
         elif key == "path":
             value = str(value) if str(value).startswith("/") and not str(value).endswith("/") else None
         else:

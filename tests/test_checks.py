@@ -1,0 +1,94 @@
+"""Every misconfiguration a site owner can make is a system check error with a hint."""
+
+import pytest
+from django.core import checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import Client
+
+from django_resourcesync.models import ResourceSet
+
+
+def ids(databases=None):
+    return {m.id: m for m in checks.run_checks(databases=databases) if m.id and m.id.startswith("resourcesync.")}
+
+
+def test_default_configuration_is_clean():
+    assert ids() == {}
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ({"BASE_URL": None}, "resourcesync.E003"),
+        ({"BASE_URL": ""}, "resourcesync.E003"),
+        ({"BASE_URL": "ftp://example.org"}, "resourcesync.E004"),
+        ({"BASE_URL": "https://example.org/sub"}, "resourcesync.E004"),
+        ({"STORAGE": "nosuchalias"}, "resourcesync.E005"),
+        ({"BATCH_SIZE": 0}, "resourcesync.E006"),
+        ({"MAX_ENTRIES_PER_DOCUMENT": 60_000}, "resourcesync.E007"),
+        ({"MAX_DOCUMENT_BYTES": 100 * 1024 * 1024}, "resourcesync.E008"),
+        ({"KEEP_BUILDS": -1}, "resourcesync.E009"),
+        ({"NO_SUCH_KEY": 1}, "resourcesync.E002"),
+    ],
+)
+def test_bad_settings(settings, override, expected):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, **override}
+    found = ids()
+    assert expected in found, found
+    assert found[expected].hint
+    with pytest.raises(SystemCheckError):
+        call_command("check")
+
+
+def test_settings_not_a_dict(settings):
+    settings.RESOURCESYNC = ["BASE_URL"]
+    assert "resourcesync.E001" in ids()
+
+
+def test_urls_not_included(settings):
+    settings.ROOT_URLCONF = "example_project.repository.urls"
+    assert "resourcesync.E010" in ids()
+
+
+@pytest.mark.django_db
+def test_set_with_unregistered_source_or_bad_filter():
+    ResourceSet.objects.create(name="Ghost", slug="ghost", source="nosuchsource", capabilities=["resourcelist"])
+    ResourceSet.objects.create(name="Bad", slug="bad", source="metadata", lookups={"nosuchfield": 1}, capabilities=["resourcelist"])
+    found = ids(databases=["default"])
+    assert "resourcesync.E011" in found and "nosuchsource" in found["resourcesync.E011"].msg
+    assert "resourcesync.E012" in found and found["resourcesync.E012"].hint
+
+
+@pytest.mark.django_db
+def test_unregistered_source_is_not_a_500():
+    ResourceSet.objects.create(name="Ghost", slug="ghost", source="nosuchsource", capabilities=["resourcelist"])
+    client = Client(raise_request_exception=False)
+    assert client.get("/resourcesync/ghost/capabilitylist.xml").status_code == 404
+    assert client.get("/.well-known/resourcesync").status_code == 200
+
+
+@pytest.mark.django_db
+def test_rebuild_command_reports_a_broken_set_and_goes_on(capsys):
+    from django.core.management.base import CommandError
+
+    ResourceSet.objects.create(name="Ghost", slug="ghost", source="nosuchsource", capabilities=["resourcelist"])
+    with pytest.raises(CommandError, match="1 set"):
+        call_command("resourcesync_rebuild", verbosity=0)
+    captured = capsys.readouterr()
+    assert "not registered" in captured.err
+    assert "Rebuilt 2 document(s)" in captured.out
+
+
+def test_admin_form_rejects_a_filter_the_source_cannot_apply(db):
+    from django_resourcesync.admin import ResourceSetForm
+
+    form = ResourceSetForm(
+        data={"name": "X", "slug": "x", "source": "metadata", "lookups": '{"nosuchfield": 1}', "capabilities": ["resourcelist"], "position": 0}
+    )
+    assert not form.is_valid()
+    assert "lookups" in form.errors
+    form = ResourceSetForm(
+        data={"name": "X", "slug": "x", "source": "metadata", "lookups": '{"collection__slug": "theses"}', "capabilities": ["resourcelist"], "position": 0}
+    )
+    assert form.is_valid(), form.errors
