@@ -1,3 +1,5 @@
+import importlib
+
 import pytest
 
 from django_resourcesync.models import ResourceSet
@@ -26,11 +28,19 @@ def seed(db):
     return do_seed
 
 
+def demo_set(slug):
+    """The example project's set (created by its data migration; again after a flush)."""
+    demo = importlib.import_module("example_project.repository.migrations.0002_resource_sets")
+
+    values = dict(next(s for s in demo.SETS if s["slug"] == slug))
+    return ResourceSet.objects.get_or_create(slug=values.pop("slug"), defaults={**values, "capabilities": ["resourcelist"]})[0]
+
+
 @pytest.fixture
 def bitstreams(db):
-    return ResourceSet.objects.get(slug="bitstreams")
+    return demo_set("bitstreams")
 
 
 @pytest.fixture
 def metadata(db):
-    return ResourceSet.objects.get(slug="metadata")
+    return demo_set("metadata")

@@ -1,6 +1,10 @@
 """Test settings: the example project, with its files in a throw-away folder.
 
-``TEST_DATABASE_URL`` (``postgres://…``) runs the suite on PostgreSQL; unset, on SQLite.
+- ``TEST_DATABASE_URL`` (``postgres://…``) runs the suite on PostgreSQL; unset, on SQLite.
+- ``TEST_CELERY_BROKER_URL`` gives a real broker (a worker started by a test uses it);
+  unset, tasks run in process.
+- ``TEST_FILES_DIR`` puts media and documents in that folder (a worker started by a test shares
+  the test's folder this way).
 """
 
 import os
@@ -14,6 +18,22 @@ from example_project.settings import database_from_url  # noqa: E402
 
 if os.environ.get("TEST_DATABASE_URL"):
     DATABASES = {"default": database_from_url(os.environ["TEST_DATABASE_URL"])}
+
+if os.environ.get("TEST_CELERY_BROKER_URL"):
+    CELERY_BROKER_URL = os.environ["TEST_CELERY_BROKER_URL"]
+    CELERY_RESULT_BACKEND = os.environ.get("TEST_CELERY_RESULT_BACKEND", CELERY_BROKER_URL)
+    CELERY_TASK_ALWAYS_EAGER = False
+
+if os.environ.get("TEST_FILES_DIR"):
+    MEDIA_ROOT = os.path.join(os.environ["TEST_FILES_DIR"], "media")
+    STORAGES = {
+        **STORAGES,
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": MEDIA_ROOT}},
+        "resourcesync": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": os.path.join(os.environ["TEST_FILES_DIR"], "documents")},
+        },
+    }
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 RESOURCESYNC = {

@@ -69,4 +69,5 @@ class Command(BaseCommand):
                 self.stderr.write(f"\r{numbers[-1] - first + 1}/{items} items", ending="")
         if verbosity >= 1 and items:
             self.stderr.write("")
-        self.stdout.write(f"Added {items} items and {added_files} files in {time.monotonic() - started:.1f}s")
+        if verbosity >= 1:
+            self.stdout.write(f"Added {items} items and {added_files} files in {time.monotonic() - started:.1f}s")
