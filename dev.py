@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Set up and run the project with nothing but python3 on the machine.
+
+    python3 dev.py demo     # virtualenv, install, database, sample data, documents, server on :8000
+    python3 dev.py test     # virtualenv, install, services, the whole test suite (and the docs)
+
+``test`` runs the suite twice: on the embedded defaults (SQLite, files, tasks in process), then on
+PostgreSQL with a real Celery worker fed by Redis. Where those services are not running it starts
+them, installing them from the system's packages first if they are missing (this needs root and
+apt-get). ``python3 dev.py test --embedded-only`` runs only the first half and needs no service.
+Arguments after ``--`` go to pytest.
+"""
+
+import argparse
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+PYTHON = VENV / "bin" / "python"
+PG_URL = os.environ.get("TEST_DATABASE_URL", "postgres://postgres:postgres@127.0.0.1:5432/resourcesync")
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def say(message):
+    print(f"[dev] {message}", flush=True)
+
+
+def run(*command, env=None, check=True, **kwargs):
+    return subprocess.run([str(c) for c in command], cwd=ROOT, env=env, check=check, **kwargs)
+
+
+def apt_install(*packages):
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        sys.exit(f"[dev] {', '.join(packages)} needed: install them (as root: apt-get install {' '.join(packages)}) and try again.")
+    say(f"installing {' '.join(packages)} from the system's packages")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    run("apt-get", "update", "-q", env=env, stdout=subprocess.DEVNULL)
+    run("apt-get", "install", "-y", "-q", "--no-install-recommends", *packages, env=env, stdout=subprocess.DEVNULL)
+
+
+def ensure_virtualenv():
+    if not PYTHON.exists():
+        say("creating the virtualenv .venv")
+        if run(sys.executable, "-m", "venv", VENV, check=False).returncode != 0:
+            shutil.rmtree(VENV, ignore_errors=True)
+            version = f"{sys.version_info.major}.{sys.version_info.minor}"
+            apt_install(f"python{version}-venv")
+            run(sys.executable, "-m", "venv", VENV)
+    stamp = VENV / ".installed"
+    wanted = hashlib.sha256((ROOT / "setup.cfg").read_bytes()).hexdigest()
+    if not stamp.exists() or stamp.read_text() != wanted:
+        say("installing the project and its development dependencies")
+        run(PYTHON, "-m", "pip", "install", "-q", "--upgrade", "pip")
+        run(PYTHON, "-m", "pip", "install", "-q", "-e", ".[dev]")
+        stamp.write_text(wanted)
+
+
+def port_open(port, host="127.0.0.1"):
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex((host, port)) == 0
+
+
+def wait_for_port(port, what, seconds=60):
+    deadline = time.monotonic() + seconds
+    while not port_open(port):
+        if time.monotonic() > deadline:
+            sys.exit(f"[dev] {what} did not start on port {port}")
+        time.sleep(0.5)
+
+
+def ensure_postgresql():
+    if port_open(5432):
+        return
+    if not shutil.which("pg_ctlcluster"):
+        apt_install("postgresql")
+    clusters = sorted(Path("/etc/postgresql").glob("*/main"))
+    if not clusters:
+        sys.exit("[dev] PostgreSQL is installed but has no 'main' cluster: create one with pg_createcluster.")
+    version = clusters[-1].parent.name
+    say(f"starting PostgreSQL {version}")
+    run("pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "start", check=False)
+    wait_for_port(5432, "PostgreSQL")
+    # A fresh installation asks for a password on TCP connections: give the test user one.
+    run("su", "postgres", "-c", "psql -q -c \"ALTER USER postgres PASSWORD 'postgres'\"", check=False, stdout=subprocess.DEVNULL)
+
+
+def ensure_redis():
+    if port_open(6379):
+        return
+    if not shutil.which("redis-server"):
+        apt_install("redis-server")
+    say("starting Redis")
+    run("redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "--port", "6379", "--save", "", "--appendonly", "no")
+    wait_for_port(6379, "Redis")
+
+
+def demo(args):
+    ensure_virtualenv()
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="example_project.settings")
+    for name in ("DATABASE_URL", "CELERY_BROKER_URL"):
+        env.pop(name, None)
+    env.setdefault("RESOURCESYNC_BASE_URL", f"http://127.0.0.1:{args.port}")
+    manage = [PYTHON, "manage.py"]
+    run(*manage, "migrate", "--no-input", "-v0", env=env)
+    has_items = run(
+        *manage, "shell", "-c", "from example_project.repository.models import Item; print(Item.objects.exists())",
+        env=env, capture_output=True, text=True,
+    ).stdout.strip().endswith("True")
+    if not has_items:
+        run(*manage, "seed_repository", "--items", args.items, env=env)
+    run(*manage, "resourcesync_rebuild", env=env)
+    say(f"the demo Source: {env['RESOURCESYNC_BASE_URL']}/.well-known/resourcesync  (Ctrl-C stops it)")
+    try:
+        run(*manage, "runserver", f"127.0.0.1:{args.port}", env=env, check=False)
+    except KeyboardInterrupt:
+        pass
+
+
+def test(args):
+    ensure_virtualenv()
+    pytest = [PYTHON, "-m", "pytest", *args.pytest_args]
+    env = {k: v for k, v in os.environ.items() if k not in ("TEST_DATABASE_URL", "DATABASE_URL", "CELERY_BROKER_URL")}
+    say("docs: sphinx-build -W")
+    run(PYTHON, "-m", "sphinx", "-W", "-q", "-b", "html", "docs", "docs/_build/html", env=env)
+    say("test suite, embedded defaults (SQLite, files, tasks in process)")
+    embedded = run(*pytest, env=env, check=False).returncode
+    if args.embedded_only:
+        sys.exit(embedded)
+    ensure_postgresql()
+    ensure_redis()
+    say("test suite, PostgreSQL with a Celery worker on Redis")
+    production = run(*pytest, env=dict(env, TEST_DATABASE_URL=PG_URL, TEST_REDIS_URL=REDIS_URL), check=False).returncode
+    sys.exit(embedded or production)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo_parser = commands.add_parser("demo", help="set up and run the demo Source")
+    demo_parser.add_argument("--port", type=int, default=8000)
+    demo_parser.add_argument("--items", type=int, default=200, help="items to seed into an empty database")
+    demo_parser.set_defaults(func=demo)
+    test_parser = commands.add_parser("test", help="set up and run the whole test suite")
+    test_parser.add_argument("--embedded-only", action="store_true", help="only the half that needs no service")
+    test_parser.add_argument("pytest_args", nargs="*", help="arguments for pytest (after --)")
+    test_parser.set_defaults(func=test)
+    args = parser.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
