@@ -1,6 +1,6 @@
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import FieldError
+from django.core.exceptions import FieldError, ImproperlyConfigured
 from django.db.models import Count
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
@@ -37,7 +37,7 @@ class ResourceSetForm(forms.ModelForm):
         if source in registry and isinstance(lookups, dict):
             try:
                 registry.get(source).queryset(lookups).exists()
-            except (FieldError, ValueError, TypeError) as exc:
+            except (FieldError, ValueError, TypeError, ImproperlyConfigured) as exc:
                 self.add_error("lookups", _("The source rejects this filter: %(error)s") % {"error": exc})
         return cleaned
 

@@ -16,7 +16,7 @@ class ResourceSyncConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from . import checks  # noqa: F401  (registers the system checks)
+        from . import checks, signals  # noqa: F401  (registers the system checks and receivers)
         from .conf import app_settings
 
         autodiscover_modules("resourcesync")

@@ -73,7 +73,8 @@ def check_settings(app_configs=None, **kwargs):
                 id="resourcesync.E008",
             )
         )
-    if not isinstance(app_settings.KEEP_BUILDS, int) or app_settings.KEEP_BUILDS < 0:
+    keep = app_settings.KEEP_BUILDS
+    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 0:
         errors.append(Error("RESOURCESYNC['KEEP_BUILDS'] must be 0 or more.", hint="Default: 1.", id="resourcesync.E009"))
     try:
         reverse("resourcesync:source-description")

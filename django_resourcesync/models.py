@@ -3,12 +3,16 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .capabilities import CAPABILITY_CHOICES
+from .capabilities import CAPABILITY_CHOICES, RESOURCELIST
 
 
 def validate_lookups(value):
     if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
         raise ValidationError(_('Enter a JSON object of queryset lookups, such as {"collection__slug": "theses"}.'))
+
+
+def default_capabilities():
+    return [RESOURCELIST]
 
 
 def validate_capabilities(value):
@@ -34,7 +38,7 @@ class ResourceSet(models.Model):
         _("description URL"), max_length=2048, blank=True, help_text=_("A document describing this set (rs:ln rel=\"describedby\").")
     )
     capabilities = models.JSONField(
-        _("capabilities"), default=list, blank=True, validators=[validate_capabilities]
+        _("capabilities"), default=default_capabilities, blank=True, validators=[validate_capabilities]
     )
     enabled = models.BooleanField(_("enabled"), default=True)
     position = models.PositiveIntegerField(_("position"), default=0, help_text=_("Order in the Source Description."))

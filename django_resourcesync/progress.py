@@ -28,15 +28,20 @@ class ProgressBar:
         if total:
             filled = int(self.width * min(done / total, 1))
             eta = (total - done) / rate if rate else 0
-            line = f"{phase:<14} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {rate:,.0f}/s" + (f" ETA {eta:,.0f}s" if rate else "")
+            line = f"{phase:<14} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total}" + (f" {rate:,.0f}/s ETA {eta:,.0f}s" if rate else "")
         else:
-            line = f"{phase:<14} {done} {rate:,.0f}/s"
-        self.stream.write("\r" + line)
-        self.stream.flush()
+            line = f"{phase:<14} {done}" + (f" {rate:,.0f}/s" if rate else "")
+        self._write("\r" + line)
         self._visible = True
+
+    def _write(self, text):
+        if hasattr(self.stream, "ending"):  # a management command's OutputWrapper
+            self.stream.write(text, ending="")
+        else:
+            self.stream.write(text)
+        self.stream.flush()
 
     def end(self):
         if self._visible:
-            self.stream.write("\n")
-            self.stream.flush()
+            self._write("\n")
         self._phase, self._visible = None, False

@@ -193,31 +193,36 @@ def clean_link(link):
 class ResourceSource:
     """Base class of a source of resources. Override what differs from the defaults.
 
-    Hooks that take the object may also be plain attributes (as in Django's ``Sitemap``):
-
     ``items()``
-        The objects that are published resources (default: every object of ``model``). Filter
-        out here whatever the public site does not show.
+        A queryset of the objects that are published resources (default: every object of
+        ``model``). Filter out here whatever the public site does not show.
+    ``fingerprint(obj)``
+        A cheap value that changes whenever the bytes do; the bytes are read and hashed again
+        only when it changes. Default: the file's name, size and ``lastmod``; with no file,
+        ``lastmod``. Return ``None`` to read the bytes on every pass.
+
+    The hooks below take the object, and may also be plain attributes (as in Django's
+    ``Sitemap``):
+
     ``location(obj)``
         A path or absolute URI; default ``obj.get_absolute_url()``. Paths are made absolute with
         ``RESOURCESYNC["BASE_URL"]``.
     ``lastmod(obj)``
         An aware datetime, or ``None``.
     ``file(obj)``
-        A ``FieldFile`` whose bytes are the resource; hashes, length and type come from it.
+        A ``FieldFile`` whose bytes are the resource; hashes, length and type come from it. An
+        object whose file cannot be read is left out of the lists (it could not be served).
     ``content(obj)``
         The bytes of the resource (or ``(bytes, media_type)``), when they are not a file.
-        :class:`ViewSource` renders them from the site's own view.
+        :class:`ViewSource` renders them from the site's own view. ``None``: the bytes are not
+        known, and the resource is listed without hashes and length.
     ``media_type(obj)``
         Media type; default: guessed from the file name, or given by ``content()``.
     ``links(obj)``
         A list of dicts with ``rel``, ``href`` and optional ``type``, ``length``, ``hash``,
-        ``modified``, ``pri``, ``encoding``, ``profile`` (spec section 14).
+        ``modified``, ``pri``, ``encoding``, ``profile``, ``path`` (spec section 14).
     ``changefreq(obj)``
         One of always, hourly, daily, weekly, monthly, yearly, never.
-    ``fingerprint(obj)``
-        A cheap value that changes whenever the bytes do; bytes are hashed again only when it
-        changes. Default: the file's name and size, or ``lastmod``.
     """
 
     name = None
@@ -248,13 +253,13 @@ class ResourceSource:
         return []
 
     def fingerprint(self, obj):
+        lastmod = self._get("lastmod", obj)
         f = self._get("file", obj)
         if f:
             try:
-                return f"{f.name}:{f.size}:{self._get('lastmod', obj)}"
+                return f"{f.name}:{f.size}:{lastmod}"
             except (OSError, ValueError):
                 return None
-        lastmod = self._get("lastmod", obj)
         return lastmod.isoformat() if lastmod else None
 
     # -- the machinery below is not meant to be overridden --------------------------------
@@ -270,37 +275,46 @@ class ResourceSource:
             qs = qs.filter(**lookups)
         return qs
 
-    def entry(self, obj, representation=None):
-        """Describe ``obj``; ``representation`` is the known one, or ``None`` to read the bytes."""
+    def entry(self, obj, known=None):
+        """Describe ``obj``. ``known`` is a :class:`Representation` still valid for its bytes
+        (the fingerprint did not change), or ``None`` to read them."""
         uri = absolute_uri(self._get("location", obj))
         changefreq = self._get("changefreq", obj)
         if changefreq not in CHANGEFREQS:
             changefreq = None
         links = [link for link in map(clean_link, self._get("links", obj, [])) if link]
-        if representation is None:
-            representation = self.representation(obj)
+        representation = known if known is not None else self.representation(obj)
         entry = Entry(uri=uri, lastmod=self._get("lastmod", obj), changefreq=changefreq, links=links)
         if representation is not None:
             entry.md5, entry.sha256 = representation.md5, representation.sha256
-            entry.length, entry.media_type = representation.length, representation.media_type
+            entry.length = representation.length
+            entry.media_type = self._declared_media_type(obj) or representation.media_type
         return entry
 
+    def _declared_media_type(self, obj):
+        """The media type known without reading the bytes: declared, or guessed from a file name."""
+        declared = self._get("media_type", obj)
+        if declared:
+            return normalise_media_type(declared)
+        f = self._get("file", obj)
+        return normalise_media_type(mimetypes.guess_type(f.name)[0]) if f else None
+
     def representation(self, obj):
-        """Hash the resource's bytes; ``None`` when they cannot be had (a missing file, say)."""
-        explicit_type = self._get("media_type", obj)
+        """Read and hash the resource's bytes; ``None`` when the source knows no bytes for it.
+
+        Raises :class:`UnpublishableResource` when the bytes should exist but cannot be had (a
+        missing file, a page that does not answer 200).
+        """
         f = self._get("file", obj)
         if f:
             try:
                 f.open("rb")
                 try:
-                    return Representation.of_chunks(
-                        f.chunks(READ_CHUNK), explicit_type or mimetypes.guess_type(f.name)[0]
-                    )
+                    return Representation.of_chunks(f.chunks(READ_CHUNK), self._declared_media_type(obj))
                 finally:
                     f.close()
             except (OSError, ValueError) as exc:
-                logger.warning("Cannot read %s for %r: %s", getattr(f, "name", f), obj, exc)
-                return None
+                raise UnpublishableResource(f"cannot read {getattr(f, 'name', f)}: {exc}") from exc
         content = self._get("content", obj)
         if content is None:
             return None
@@ -309,14 +323,15 @@ class ResourceSource:
             content, content_type = content
         if isinstance(content, str):
             content = content.encode("utf-8")
-        return Representation.of_chunks([content], explicit_type or content_type)
+        return Representation.of_chunks([content], self._declared_media_type(obj) or content_type)
 
 
 class ViewSource(ResourceSource):
     """A source whose resources are pages of the site: the bytes are those its view returns.
 
-    ``content()`` resolves ``location(obj)`` against the URLconf and calls the view with a GET
-    request, so what is listed is exactly what a Destination will fetch.
+    ``content()`` requests ``location(obj)`` through Django's full request handling (URLconf,
+    middleware, view) as an anonymous visitor would, so what is listed is exactly what a
+    Destination will fetch. A page that does not answer 200 is left out of the lists.
     """
 
     def fingerprint(self, obj):

@@ -1,33 +1,46 @@
-"""Celery tasks. The app defines no schedule: see docs/schedules for a beat snippet.
+"""Celery tasks. The app defines no schedule: see docs/schedules.rst for a beat snippet.
 
 Task names are stable (``resourcesync.*``) so that schedules stored in django-celery-beat keep
 working across releases.
 """
+
+import logging
 
 from celery import shared_task
 
 from .models import ResourceSet
 from .rebuild import rebuild_set
 
+logger = logging.getLogger(__name__)
 
-def _summary(builds):
-    return [{"build": b.pk, "capability": b.capability, "status": b.status, "entries": b.entries} for b in builds]
+
+def _summary(resource_set, builds):
+    return [
+        {"set": resource_set.slug, "build": b.pk, "capability": b.capability, "status": b.status, "entries": b.entries}
+        for b in builds
+    ]
 
 
 @shared_task(name="resourcesync.rebuild_set")
-def rebuild_set_task(set_id, only=None):
-    """Rebuild one set's documents; returns a summary of the builds."""
+def rebuild_set_task(set_id, only=None, batch_size=None):
+    """Rebuild one enabled set's documents; returns a summary of the builds."""
     try:
         resource_set = ResourceSet.objects.get(pk=set_id, enabled=True)
     except ResourceSet.DoesNotExist:
+        logger.warning("Resource set %s does not exist or is disabled; nothing built", set_id)
         return []
-    return _summary(rebuild_set(resource_set, only=only))
+    return _summary(resource_set, rebuild_set(resource_set, only=only, batch_size=batch_size))
 
 
 @shared_task(name="resourcesync.rebuild_all")
-def rebuild_all_task(only=None):
-    """Rebuild every enabled set, one after the other."""
+def rebuild_all_task(only=None, batch_size=None):
+    """Rebuild every enabled set, one after the other. A set that fails does not stop the others:
+    its failure is logged, recorded on its build, and reported in the summary."""
     summary = []
     for resource_set in ResourceSet.objects.filter(enabled=True):
-        summary += _summary(rebuild_set(resource_set, only=only))
+        try:
+            summary += _summary(resource_set, rebuild_set(resource_set, only=only, batch_size=batch_size))
+        except Exception as exc:
+            logger.exception("Rebuilding resource set %s failed", resource_set.slug)
+            summary.append({"set": resource_set.slug, "status": "failed", "error": str(exc)})
     return summary

@@ -43,7 +43,7 @@ def entry_values(source, obj, known=None):
     representation = None
     if known is not None and fingerprint and known.fingerprint == fingerprint and known.sha256:
         representation = Representation(known.md5, known.sha256, known.length, known.media_type or None)
-    entry = source.entry(obj, representation)
+    entry = source.entry(obj, known=representation)
     return {
         "uri": entry.uri,
         "lastmod": entry.lastmod,

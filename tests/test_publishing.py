@@ -182,7 +182,7 @@ def test_empty_set_publishes_an_empty_list(bitstreams):
     assert entries(check_document(body, "resourcelist")) == []
 
 
-def test_switch_over_keeps_the_previous_parts_and_never_mixes_builds(settings, seed, metadata):
+def test_switch_over_keeps_the_previous_parts_and_never_mixes_builds(settings, seed, metadata, documents_storage, django_capture_on_commit_callbacks):
     settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 3, "KEEP_BUILDS": 1}
     seed(7)
     first = build(metadata)
@@ -200,7 +200,11 @@ def test_switch_over_keeps_the_previous_parts_and_never_mixes_builds(settings, s
         assert status == 200
         assert md(check_document(body, "resourcelist"))["at"] == md(check_document(old_index, "resourcelist"))["at"]
     # One more build retires the first one for good: its files are gone from storage too.
-    third = build(metadata)
+    first_files = list(Document.objects.filter(build=first).values_list("storage_name", flat=True))
+    assert first_files and all((documents_storage / name).exists() for name in first_files)
+    with django_capture_on_commit_callbacks(execute=True):
+        third = build(metadata)
+    assert not any((documents_storage / name).exists() for name in first_files)
     assert third.status == Build.Status.PUBLISHED
     for uri in old_parts:
         assert fetch(path_of(uri))[0] == 404
@@ -330,3 +334,32 @@ def test_reconcile_rehashes_only_what_changed(seed, bitstreams, monkeypatch):
     assert reads == [changed.pk]
     entry = [e for e in resource_list_entries(bitstreams) if e.find(f"{{{SM}}}loc").text.endswith(changed.get_absolute_url())][0]
     assert md(entry)["length"] == "9"
+
+
+def test_resources_whose_bytes_cannot_be_had_are_left_out(seed, bitstreams, metadata, monkeypatch):
+    seed(4)
+    first_file = ItemFile.objects.order_by("pk")[0]
+    first_file.file.storage.delete(first_file.file.name)
+    build(bitstreams)
+    locs = [e.find(f"{{{SM}}}loc").text for e in resource_list_entries(bitstreams)]
+    assert len(locs) == ItemFile.objects.count() - 1
+    assert "http://testserver" + first_file.get_absolute_url() not in locs
+
+    # A page that does not answer 200 is not listed either.
+    from example_project.repository import resourcesync as demo_sources
+
+    broken = Item.objects.order_by("pk")[1]
+    monkeypatch.setattr(demo_sources.MetadataRecordSource, "location", lambda self, obj: obj.get_metadata_url() if obj.pk != broken.pk else "/no/such/page")
+    build(metadata)
+    locs = [e.find(f"{{{SM}}}loc").text for e in resource_list_entries(metadata)]
+    assert len(locs) == 3 and not [loc for loc in locs if "/no/such/page" in loc]
+
+
+def test_deleting_a_set_removes_its_files(seed, metadata, documents_storage, django_capture_on_commit_callbacks):
+    seed(2)
+    build(metadata)
+    names = list(Document.objects.filter(resource_set=metadata).values_list("storage_name", flat=True))
+    assert names and all((documents_storage / name).exists() for name in names)
+    with django_capture_on_commit_callbacks(execute=True):
+        metadata.delete()
+    assert not any((documents_storage / name).exists() for name in names)

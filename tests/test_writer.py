@@ -128,7 +128,7 @@ def test_sitemap_hooks_may_be_attributes_or_methods():
     assert md(entries(check_document(body, "resourcelist"))[0])["type"] == "text/plain"
 
 
-def test_a_missing_file_is_described_without_hashes(tmp_path):
+def test_a_missing_file_cannot_be_published(tmp_path):
     from django.core.files.storage import FileSystemStorage
     from django.db.models.fields.files import FieldFile, FileField
 
@@ -145,5 +145,11 @@ def test_a_missing_file_is_described_without_hashes(tmp_path):
         def file(self, obj):
             return FieldFile(obj, field, "missing.pdf")
 
-    entry = FileSource().entry(Thing())
-    assert entry.md5 == "" and entry.length is None
+    with pytest.raises(UnpublishableResource, match="missing.pdf"):
+        FileSource().entry(Thing())
+
+    class NoBytesSource(ResourceSource):
+        pass
+
+    entry = NoBytesSource().entry(Thing())
+    assert (entry.uri, entry.md5, entry.length) == ("http://testserver/things/1", "", None)

@@ -10,6 +10,7 @@ before a switch-over can still fetch its parts.
 """
 
 import logging
+import posixpath
 import tempfile
 import traceback
 
@@ -36,7 +37,7 @@ class BuildContext:
         """Finish a :class:`~django_resourcesync.xml.writer.DocumentWriter` into storage as ``name``."""
         with tempfile.TemporaryFile() as tmp:
             writer.finish(tmp, md=md, links=links)
-            stored = storage.save(storage.storage_name(self.resource_set.slug, self.build.pk, name), tmp)
+            stored = storage.save(storage.storage_name(self.resource_set.slug, self.build.pk, posixpath.basename(name)), tmp)
         document = Document(
             build=self.build,
             resource_set=self.resource_set,
@@ -71,14 +72,11 @@ class BuildContext:
             build.completed = completed
             build.finished = timezone.now()
             build.save()
-            stale = list(
-                Build.objects.filter(
-                    resource_set=self.resource_set, capability=self.capability, status=Build.Status.RETIRED
-                ).order_by("-pk")[app_settings.KEEP_BUILDS :]
-            )
-            stale_files = list(Document.objects.filter(build__in=stale).values_list("storage_name", flat=True))
-            Build.objects.filter(pk__in=[b.pk for b in stale]).delete()
-            transaction.on_commit(lambda: storage.delete_quietly(stale_files))
+            stale = Build.objects.filter(
+                resource_set=self.resource_set, capability=self.capability, status=Build.Status.RETIRED
+            ).order_by("-pk")[app_settings.KEEP_BUILDS :]
+            # Their files leave storage once this commits (see signals.py).
+            Build.objects.filter(pk__in=list(stale.values_list("pk", flat=True))).delete()
         return build
 
     def fail(self, exc):

@@ -47,26 +47,28 @@ def capability_list(resource_set):
 
 
 def public_sets():
-    """Enabled sets that publish at least one capability document, in Source Description order."""
-    published = Build.objects.filter(status=Build.Status.PUBLISHED).values_list("resource_set_id", "capability")
+    """``[(set, last_modified)]``: enabled sets that publish at least one capability document,
+    in Source Description order, with the time their configuration or documents last changed."""
+    published = Build.objects.filter(status=Build.Status.PUBLISHED).values_list("resource_set_id", "capability", "finished")
     by_set = {}
-    for set_id, capability in published:
-        by_set.setdefault(set_id, set()).add(capability)
-    return [
-        resource_set
-        for resource_set in ResourceSet.objects.filter(enabled=True, pk__in=by_set)
-        if any(resource_set.has_capability(capability) for capability in by_set[resource_set.pk])
-    ]
+    for set_id, capability, finished in published:
+        by_set.setdefault(set_id, []).append((capability, finished))
+    found = []
+    for resource_set in ResourceSet.objects.filter(enabled=True, pk__in=by_set):
+        finished = [when for capability, when in by_set[resource_set.pk] if resource_set.has_capability(capability) and when]
+        if finished:
+            found.append((resource_set, max([resource_set.modified, *finished])))
+    return found
 
 
 def source_description():
     """``(bytes, last_modified)`` of the Source Description."""
     writer = DocumentWriter()
     last_modified = None
-    for resource_set in public_sets():
+    for resource_set, changed in public_sets():
         links = [{"rel": "describedby", "href": resource_set.describedby}] if resource_set.describedby else ()
         writer.add(url_element(uris.capability_list_uri(resource_set), md={"capability": capabilities.CAPABILITYLIST}, links=links))
-        last_modified = max(filter(None, [last_modified, resource_set.modified]))
+        last_modified = max(filter(None, [last_modified, changed]))
     links = []
     if app_settings.SOURCE_DESCRIBEDBY:
         links.append({"rel": "describedby", "href": app_settings.SOURCE_DESCRIBEDBY})

@@ -40,25 +40,28 @@ def render_row(uri, lastmod, changefreq, md5, sha256, length, media_type, links)
 
 
 def build_resourcelist(resource_set, *, refresh=True, progress=None, batch_size=None):
-    """Reconcile the set (unless ``refresh`` is false), render its Resource List and publish it."""
-    at = timezone.now()
-    if refresh:
-        reconcile(resource_set, progress=progress, batch_size=batch_size)
-    rows = Resource.objects.filter(resource_set=resource_set)
-    total = rows.count()
-    as_index = total > app_settings.MAX_ENTRIES_PER_DOCUMENT
-    while True:
-        context = BuildContext(resource_set, capabilities.RESOURCELIST, at)
+    """Reconcile the set (unless ``refresh`` is false), render its Resource List and publish it.
+
+    On any error the build is recorded as failed, its files are removed, and the documents
+    published before stay in place and served.
+    """
+    context = BuildContext(resource_set, capabilities.RESOURCELIST, at=timezone.now())
+    batch_size = batch_size or app_settings.BATCH_SIZE
+    try:
+        if refresh:
+            reconcile(resource_set, progress=progress, batch_size=batch_size)
+        rows = Resource.objects.filter(resource_set=resource_set)
+        total = rows.count()
         try:
-            count, completed = _render(context, rows, as_index, total, progress, batch_size or app_settings.BATCH_SIZE)
+            count, completed = _render(context, rows, total > app_settings.MAX_ENTRIES_PER_DOCUMENT, total, progress, batch_size)
         except _Overflow:
-            context.fail(RuntimeError("Resource List outgrew one document; building an index instead"))
-            as_index = True
-            continue
-        except BaseException as exc:
-            context.fail(exc)
-            raise
-        return context.publish(entries=count, completed=completed)
+            # Planned as one document, the list outgrew the limits: render it as an index.
+            context.discard()
+            count, completed = _render(context, rows, True, total, progress, batch_size)
+    except BaseException as exc:
+        context.fail(exc)
+        raise
+    return context.publish(entries=count, completed=completed)
 
 
 def _render(context, rows, as_index, total, progress, batch_size):

@@ -20,54 +20,68 @@ class Command(BaseCommand):
             help=f"Comma-separated capabilities to build: {', '.join(c for c, _ in CAPABILITY_CHOICES)}.",
         )
         parser.add_argument("--batch-size", type=int, help="Rows per database round trip.")
-        parser.add_argument("--async", dest="run_async", action="store_true", help="Enqueue the builds on Celery workers and print the task ids.")
+        parser.add_argument(
+            "--async", dest="run_async", action="store_true", help="Enqueue the builds on Celery workers and print the task ids."
+        )
 
     def handle(self, *args, sets=None, only=None, batch_size=None, run_async=False, verbosity=1, **options):
-        known = {c for c, _ in CAPABILITY_CHOICES}
+        known = [c for c, _ in CAPABILITY_CHOICES]
         only = [c.strip() for c in only.split(",") if c.strip()] if only else None
-        if only and not set(only) <= known:
-            raise CommandError(f"Unknown capability in --only: {', '.join(sorted(set(only) - known))}. Known: {', '.join(sorted(known))}.")
-        queryset = ResourceSet.objects.filter(enabled=True)
-        if sets:
-            queryset = ResourceSet.objects.filter(slug__in=sets)
-            missing = set(sets) - set(queryset.values_list("slug", flat=True))
-            if missing:
-                raise CommandError(f"No resource set with slug: {', '.join(sorted(missing))}.")
+        if only and not set(only) <= set(known):
+            raise CommandError(f"Unknown capability in --only: {', '.join(sorted(set(only) - set(known)))}. Known: {', '.join(known)}.")
         if batch_size is not None and batch_size < 1:
             raise CommandError("--batch-size must be positive.")
+        resource_sets = self.resource_sets(sets)
         if run_async:
             from ...tasks import rebuild_set_task
 
-            for resource_set in queryset:
-                result = rebuild_set_task.delay(resource_set.pk, only)
+            for resource_set in resource_sets:
+                result = rebuild_set_task.delay(resource_set.pk, only, batch_size)
                 self.stdout.write(f"{resource_set.slug}: task {result.id}")
             return
+
         started = time.monotonic()
         progress = ProgressBar(self.stderr) if verbosity >= 1 else None
-        builds, failures = [], 0
-        for resource_set in queryset:
+        builds, failed = [], []
+        for resource_set in resource_sets:
+            if not resource_set.capabilities:
+                self.stderr.write(f"{resource_set.slug}: no capability is enabled for this set; nothing to build.")
+                continue
             try:
                 done = rebuild_set(resource_set, only=only, progress=progress, batch_size=batch_size)
             except NotRegistered:
-                failures += 1
-                self.stderr.write(f"{resource_set.slug}: source {resource_set.source!r} is not registered; skipped.")
+                failed.append(resource_set.slug)
+                self.stderr.write(f"{resource_set.slug}: the source {resource_set.source!r} is not registered; skipped.")
                 continue
-            except Exception as exc:  # the build is recorded as failed; the old documents stay
-                failures += 1
-                if progress:
-                    progress.end()
+            except Exception as exc:  # recorded as a failed build; the published documents stay
+                failed.append(resource_set.slug)
                 self.stderr.write(f"{resource_set.slug}: build failed: {exc}")
                 continue
-            if progress:
-                progress.end()
+            finally:
+                if progress:
+                    progress.end()
             builds += done
             if verbosity >= 2:
                 for build in done:
-                    self.stdout.write(f"{resource_set.slug}: {build.capability} build {build.pk}, {build.entries} entries, {build.documents} documents")
-        entries = sum(b.entries for b in builds)
+                    self.stdout.write(
+                        f"{resource_set.slug}: {build.capability} build {build.pk}, {build.entries} entries in {build.documents} file(s)"
+                    )
         self.stdout.write(
-            f"Rebuilt {len(builds)} document(s) for {queryset.count()} set(s): {entries} entries in {time.monotonic() - started:.1f}s"
-            + (f"; {failures} failed" if failures else "")
+            f"Built {len(builds)} capability document(s) for {len(resource_sets)} set(s): "
+            f"{sum(b.entries for b in builds)} entries in {sum(b.documents for b in builds)} file(s), "
+            f"{time.monotonic() - started:.1f}s" + (f"; failed: {', '.join(failed)}" if failed else "")
         )
-        if failures:
-            raise CommandError(f"{failures} set(s) failed to build.")
+        if failed:
+            raise CommandError(f"{len(failed)} set(s) failed to build: {', '.join(failed)}.")
+
+    def resource_sets(self, slugs):
+        if not slugs:
+            return list(ResourceSet.objects.filter(enabled=True))
+        found = {s.slug: s for s in ResourceSet.objects.filter(slug__in=slugs)}
+        missing = [slug for slug in slugs if slug not in found]
+        if missing:
+            raise CommandError(f"No resource set with slug: {', '.join(missing)}.")
+        disabled = [slug for slug in slugs if not found[slug].enabled]
+        if disabled:
+            raise CommandError(f"Disabled resource set(s): {', '.join(disabled)}; enable them in the admin first.")
+        return [found[slug] for slug in dict.fromkeys(slugs)]

@@ -1,0 +1,64 @@
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from django_resourcesync.models import Build, ResourceSet
+
+pytestmark = pytest.mark.django_db
+
+
+def test_rebuild_prints_progress_and_a_summary(seed, bitstreams, metadata, capsys):
+    seed(5)
+    call_command("resourcesync_rebuild", verbosity=2)
+    captured = capsys.readouterr()
+    assert "Built 2 capability document(s) for 2 set(s): 11 entries in 2 file(s)" in captured.out
+    assert "reconcile" in captured.err and "resourcelist" in captured.err
+    assert Build.objects.filter(status=Build.Status.PUBLISHED).count() == 2
+
+
+def test_rebuild_one_set_with_small_batches(seed, bitstreams, metadata, capsys):
+    seed(5)
+    call_command("resourcesync_rebuild", "--set", "metadata", "--batch-size", "2", "--only", "resourcelist", verbosity=0)
+    assert Build.objects.get().resource_set == metadata
+    assert metadata.resources.count() == 5
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--set", "nosuchset"], "No resource set with slug: nosuchset"),
+        (["--only", "changelog"], "Unknown capability in --only: changelog"),
+        (["--batch-size", "0"], "--batch-size must be positive"),
+    ],
+)
+def test_rebuild_refuses_bad_arguments(bitstreams, args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("resourcesync_rebuild", *args, verbosity=0)
+
+
+def test_rebuild_refuses_a_disabled_set(metadata):
+    ResourceSet.objects.filter(pk=metadata.pk).update(enabled=False)
+    with pytest.raises(CommandError, match="Disabled resource set"):
+        call_command("resourcesync_rebuild", "--set", "metadata", verbosity=0)
+
+
+def test_rebuild_all_task_goes_on_after_a_failing_set(seed, bitstreams, metadata):
+    from django_resourcesync.tasks import rebuild_all_task
+
+    seed(2)
+    ResourceSet.objects.create(name="Ghost", slug="ghost", source="nosuchsource", position=0)
+    summary = rebuild_all_task.delay().get()
+    assert [(s["set"], s["status"]) for s in summary] == [("ghost", "failed"), ("bitstreams", "published"), ("metadata", "published")]
+
+
+def test_seed_repository_adds_items_deterministically(db, capsys):
+    from example_project.repository.models import Item, ItemFile
+
+    call_command("seed_repository", items=4, file_size=100, verbosity=0)
+    call_command("seed_repository", items=2, file_size=100, verbosity=0)
+    assert Item.objects.count() == 6 and Item.objects.filter(is_public=True).count() == 6
+    files = ItemFile.objects.order_by("pk")
+    assert files.count() == 8
+    first = files[0]
+    assert first.name == "item-1.txt" and first.file.open("rb").read() == (b"Full text of item 1.\n" * 5)[:100]
+    assert [f.name for f in files if not f.name.isascii()] == ["données brutes 3.csv", "données brutes 6.csv"]
