@@ -76,6 +76,9 @@ class Resource(models.Model):
     media_type = models.CharField(max_length=255, blank=True)
     links = models.JSONField(default=list, blank=True)
     fingerprint = models.CharField(max_length=512, blank=True)
+    entry_xml = models.TextField(
+        blank=True, help_text=_("The <url> element this resource contributes to a Resource List, rendered when it changes.")
+    )
     recorded = models.DateTimeField(default=timezone.now)
 
     class Meta:

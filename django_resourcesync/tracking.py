@@ -15,10 +15,12 @@ from django.utils import timezone
 from .conf import app_settings
 from .models import Resource
 from .sources import Representation, UnpublishableResource
+from .xml.writer import resource_entry
 
 logger = logging.getLogger(__name__)
 
-ENTRY_FIELDS = ("uri", "lastmod", "changefreq", "md5", "sha256", "length", "media_type", "links", "fingerprint")
+RENDERED_FIELDS = ("uri", "lastmod", "changefreq", "md5", "sha256", "length", "media_type", "links")
+ENTRY_FIELDS = (*RENDERED_FIELDS, "fingerprint", "entry_xml")
 
 
 @dataclass
@@ -44,7 +46,7 @@ def entry_values(source, obj, known=None):
     if known is not None and fingerprint and known.fingerprint == fingerprint and known.sha256:
         representation = Representation(known.md5, known.sha256, known.length, known.media_type or None)
     entry = source.entry(obj, known=representation)
-    return {
+    values = {
         "uri": entry.uri,
         "lastmod": entry.lastmod,
         "changefreq": entry.changefreq or "",
@@ -55,6 +57,8 @@ def entry_values(source, obj, known=None):
         "links": entry.links,
         "fingerprint": fingerprint,
     }
+    values["entry_xml"] = resource_entry(**{name: values[name] for name in RENDERED_FIELDS})
+    return values
 
 
 def _batches(queryset, batch_size):

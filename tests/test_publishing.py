@@ -217,18 +217,18 @@ def test_a_failed_build_leaves_the_published_documents_served(seed, metadata, mo
     good = build(metadata)
     _, before, _ = fetch("/resourcesync/metadata/resourcelist.xml")
 
-    from django_resourcesync.builders import resourcelist
+    from django_resourcesync.xml.writer import DocumentWriter
 
     calls = {"n": 0}
-    real = resourcelist.render_row
+    real = DocumentWriter.add
 
-    def failing(*row):
+    def failing(self, entry):
         calls["n"] += 1
         if calls["n"] == 2:
             raise OSError("disk full")
-        return real(*row)
+        return real(self, entry)
 
-    monkeypatch.setattr(resourcelist, "render_row", failing)
+    monkeypatch.setattr(DocumentWriter, "add", failing)
     Item.objects.filter(pk=Item.objects.order_by("pk")[0].pk).update(title="Changed again")
     with pytest.raises(OSError):
         build(metadata)

@@ -13,13 +13,10 @@ from .. import capabilities, uris
 from ..conf import app_settings
 from ..models import Resource
 from ..tracking import reconcile
-from ..xml.writer import DocumentWriter, hash_value, url_element, w3c_datetime
+from ..xml.writer import DocumentWriter, url_element, w3c_datetime
 from . import BuildContext
 
 NAME = "resourcelist.xml"
-
-ROW_FIELDS = ("uri", "lastmod", "changefreq", "md5", "sha256", "length", "media_type", "links")
-
 
 class _Overflow(Exception):
     """A list planned as a single document outgrew the limits: build it as an index."""
@@ -27,16 +24,6 @@ class _Overflow(Exception):
 
 def part_name(build, number):
     return f"resourcelist/{build.pk}/part-{number:05d}.xml"
-
-
-def render_row(uri, lastmod, changefreq, md5, sha256, length, media_type, links):
-    return url_element(
-        uri,
-        lastmod=lastmod,
-        changefreq=changefreq or None,
-        md={"hash": hash_value(md5, sha256), "length": length, "type": media_type or None},
-        links=links or (),
-    )
 
 
 def build_resourcelist(resource_set, *, refresh=True, progress=None, batch_size=None):
@@ -81,8 +68,10 @@ def _render(context, rows, as_index, total, progress, batch_size):
         context.write(name, writer, md=md, links=[up, {"rel": "index", "href": index_uri}], at=build.at, completed=completed)
         parts.append((name, completed))
 
-    for row in rows.order_by("uri").values_list(*ROW_FIELDS).iterator(chunk_size=batch_size):
-        entry = render_row(*row).encode("utf-8")
+    # Each row carries its <url> element, rendered when the resource last changed: the list is
+    # one ordered scan that copies text, with no per-resource formatting.
+    for entry in rows.order_by("uri").values_list("entry_xml", flat=True).iterator(chunk_size=batch_size):
+        entry = entry.encode("utf-8")
         if not writer.fits(len(entry), max_entries, max_bytes):
             if not as_index:
                 writer.discard()

@@ -103,6 +103,17 @@ def url_element(loc, lastmod=None, changefreq=None, md=None, links=(), tag="url"
     return "".join(out)
 
 
+def resource_entry(uri, lastmod=None, changefreq=None, md5="", sha256="", length=None, media_type=None, links=()):
+    """The ``<url>`` entry of a resource in a Resource List."""
+    return url_element(
+        uri,
+        lastmod=lastmod,
+        changefreq=changefreq or None,
+        md={"hash": hash_value(md5, sha256), "length": length, "type": media_type or None},
+        links=links or (),
+    )
+
+
 class DocumentWriter:
     """Write one ``<urlset>`` or ``<sitemapindex>`` document.
 
