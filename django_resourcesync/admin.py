@@ -9,7 +9,7 @@ from . import uris
 from .builders import current_build
 from .builders.capabilitylist import DOCUMENT_NAMES
 from .capabilities import CAPABILITY_CHOICES
-from .models import Build, Document, Resource, ResourceSet
+from .models import Build, ChangeEvent, ChangeList, Document, Resource, ResourceSet, default_capabilities
 from .sources import registry
 
 
@@ -20,7 +20,11 @@ class ResourceSetForm(forms.ModelForm):
         help_text=ResourceSet._meta.get_field("describedby").help_text,
     )
     capabilities = forms.MultipleChoiceField(
-        label=_("capabilities"), choices=CAPABILITY_CHOICES, widget=forms.CheckboxSelectMultiple, required=False
+        label=_("capabilities"),
+        choices=CAPABILITY_CHOICES,
+        widget=forms.CheckboxSelectMultiple,
+        required=False,
+        initial=default_capabilities,
     )
 
     class Meta:
@@ -50,7 +54,7 @@ class ResourceSetAdmin(admin.ModelAdmin):
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
     readonly_fields = ["published"]
-    actions = ["rebuild"]
+    actions = ["rebuild", "reconcile"]
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(resource_total=Count("resources", distinct=True))
@@ -73,6 +77,10 @@ class ResourceSetAdmin(admin.ModelAdmin):
         if obj.pk is None:
             return "—"
         rows = [(uris.capability_list_uri(obj), "Capability List", "")]
+        log = obj.changelists.order_by("-number").first()
+        if log is not None and obj.has_capability("changelist"):
+            events = obj.changes.count()
+            rows.append((uris.document_uri(obj, DOCUMENT_NAMES["changelist"]), "changelist", f"{events} change(s) in {log.number} list(s)"))
         for capability, name in DOCUMENT_NAMES.items():
             build = current_build(obj, capability)
             if build:
@@ -92,6 +100,14 @@ class ResourceSetAdmin(admin.ModelAdmin):
         for resource_set in queryset:
             rebuild_set_task.delay(resource_set.pk)
         self.message_user(request, _("Rebuild queued for %(n)d set(s).") % {"n": queryset.count()}, messages.SUCCESS)
+
+    @admin.action(description=_("Reconcile the selected sets with the site's data"))
+    def reconcile(self, request, queryset):
+        from .tasks import reconcile_set_task
+
+        for resource_set in queryset:
+            reconcile_set_task.delay(resource_set.pk)
+        self.message_user(request, _("Reconcile queued for %(n)d set(s).") % {"n": queryset.count()}, messages.SUCCESS)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -126,3 +142,25 @@ class ResourceAdmin(ReadOnlyAdmin):
     list_filter = ["resource_set"]
     search_fields = ["uri"]
     show_full_result_count = False
+
+
+@admin.register(ChangeEvent)
+class ChangeEventAdmin(ReadOnlyAdmin):
+    """The change log: read-only, filterable by set, kind of change and date."""
+
+    list_display = ["id", "datetime", "change", "uri", "resource_set", "changelist_number"]
+    list_filter = ["resource_set", "change"]
+    date_hierarchy = "datetime"
+    search_fields = ["uri"]
+    list_select_related = ["resource_set", "changelist"]
+    show_full_result_count = False
+
+    @admin.display(description=_("change list"), ordering="changelist__number")
+    def changelist_number(self, obj):
+        return obj.changelist.number
+
+
+@admin.register(ChangeList)
+class ChangeListAdmin(ReadOnlyAdmin):
+    list_display = ["resource_set", "number", "from_time", "until", "entries"]
+    list_filter = ["resource_set"]

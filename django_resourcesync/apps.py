@@ -29,3 +29,4 @@ class ResourceSyncConfig(AppConfig):
                 import_module(module)
             except ImportError as exc:
                 source_module_errors.append((module, exc))
+        signals.connect_tracked_models()

@@ -14,4 +14,5 @@ CHANGEDUMP_MANIFEST = "changedump-manifest"
 # The capabilities a set can offer, in the order a Capability List names them.
 CAPABILITY_CHOICES = [
     (RESOURCELIST, _("Resource List")),
+    (CHANGELIST, _("Change List")),
 ]

@@ -5,6 +5,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
+from django.http.request import validate_host
 from django.urls import NoReverseMatch, reverse
 
 from .conf import DEFAULTS, app_settings
@@ -44,6 +45,14 @@ def check_settings(app_configs=None, **kwargs):
                 id="resourcesync.E004",
             )
         )
+    elif not validate_host(parts.hostname or "", settings.ALLOWED_HOSTS) and not settings.DEBUG:
+        errors.append(
+            Error(
+                f"The host of RESOURCESYNC['BASE_URL'] ({parts.hostname}) is not in ALLOWED_HOSTS.",
+                hint="Pages the app renders to hash them (ViewSource) would answer 400 and be left out; add the host to ALLOWED_HOSTS.",
+                id="resourcesync.E016",
+            )
+        )
     alias = app_settings.STORAGE
     if alias not in settings.STORAGES:
         errors.append(
@@ -76,6 +85,24 @@ def check_settings(app_configs=None, **kwargs):
     keep = app_settings.KEEP_BUILDS
     if not isinstance(keep, int) or isinstance(keep, bool) or keep < 0:
         errors.append(Error("RESOURCESYNC['KEEP_BUILDS'] must be 0 or more.", hint="Default: 1.", id="resourcesync.E009"))
+    period = app_settings.CHANGELIST_PERIOD
+    if not (period in ("hourly", "daily", "weekly") or (isinstance(period, int) and not isinstance(period, bool) and period >= 1)):
+        errors.append(
+            Error(
+                f"RESOURCESYNC['CHANGELIST_PERIOD'] = {period!r} is not a period.",
+                hint='Use "hourly", "daily", "weekly" or a number of seconds.',
+                id="resourcesync.E014",
+            )
+        )
+    retention = app_settings.CHANGELIST_RETENTION
+    if retention is not None and (not isinstance(retention, int) or isinstance(retention, bool) or retention < 1):
+        errors.append(
+            Error(
+                f"RESOURCESYNC['CHANGELIST_RETENTION'] = {retention!r} is not a number of seconds.",
+                hint="Use a positive number of seconds (30 days: 2592000), or None to keep closed Change Lists forever.",
+                id="resourcesync.E015",
+            )
+        )
     try:
         reverse("resourcesync:source-description")
     except NoReverseMatch:
@@ -102,7 +129,9 @@ def check_settings(app_configs=None, **kwargs):
 def check_sets(app_configs=None, databases=None, **kwargs):
     """Sets that name an unregistered source or a filter the source's queryset rejects.
 
-    Runs where Django runs database checks (``migrate``, ``check --database default``).
+    Runs where Django runs database checks (``migrate``, ``check --database default``). Warnings,
+    not errors: such a set publishes nothing until it is fixed in the admin, but it must not stop
+    ``migrate``.
     """
     from django.core.exceptions import FieldError
     from django.db import DatabaseError
@@ -120,11 +149,11 @@ def check_sets(app_configs=None, databases=None, **kwargs):
     for resource_set in sets:
         if resource_set.source not in registry:
             errors.append(
-                Error(
+                Warning(
                     f"Resource set {resource_set.slug!r} names the source {resource_set.source!r}, which is not registered.",
                     hint=f"Registered sources: {', '.join(registry.names()) or 'none'}. Register it, or edit the set in the admin.",
                     obj=resource_set,
-                    id="resourcesync.E011",
+                    id="resourcesync.W003",
                 )
             )
             continue
@@ -132,11 +161,11 @@ def check_sets(app_configs=None, databases=None, **kwargs):
             resource_set.get_source().queryset(resource_set.lookups).exists()
         except (FieldError, ValueError, TypeError, ImproperlyConfigured) as exc:
             errors.append(
-                Error(
+                Warning(
                     f"Resource set {resource_set.slug!r} has a filter its source rejects: {exc}",
                     hint="Fix the filter in the admin; it is a JSON object of queryset lookups.",
                     obj=resource_set,
-                    id="resourcesync.E012",
+                    id="resourcesync.W004",
                 )
             )
     return errors

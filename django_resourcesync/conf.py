@@ -34,6 +34,11 @@ DEFAULTS = {
     "KEEP_BUILDS": 1,
     # Serve documents by redirecting to the storage URL instead of streaming them through Django.
     "SERVE_BY_REDIRECT": False,
+    # When an open Change List closes: "hourly", "daily", "weekly" or a number of seconds
+    # (periods are aligned on the epoch), and in any case at MAX_ENTRIES_PER_DOCUMENT entries.
+    "CHANGELIST_PERIOD": "daily",
+    # Seconds closed Change Lists (and their change events) are kept; None keeps them forever.
+    "CHANGELIST_RETENTION": 30 * 86400,
     # URI of a document describing the Source as a whole (Source Description rs:ln describedby).
     "SOURCE_DESCRIBEDBY": None,
     # Modules (import strings) that register resource sources, besides the autodiscovered

@@ -93,6 +93,91 @@ class Resource(models.Model):
         return self.uri
 
 
+class PendingChange(models.Model):
+    """An object of a source that may have changed, written in the transaction of the change.
+
+    The outbox of change tracking: signal handlers and the bulk API insert one row per affected
+    object, in the same transaction as the save or delete, so a rolled-back transaction leaves
+    none. After the commit, :func:`django_resourcesync.tracking.process_pending` compares each
+    object with the set's record and writes the change events; rows are deleted once processed.
+    """
+
+    source = models.CharField(max_length=100)
+    object_pk = models.CharField(max_length=64)
+    recorded = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["source", "id"])]
+        verbose_name = _("pending change")
+        verbose_name_plural = _("pending changes")
+
+
+class ChangeList(models.Model):
+    """One Change List of a set: open (``until`` unset, served live) or closed (a file in storage)."""
+
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="changelists")
+    number = models.PositiveIntegerField()
+    from_time = models.DateTimeField(_("from"))
+    until = models.DateTimeField(_("until"), null=True, blank=True)
+    entries = models.PositiveIntegerField(default=0)
+    last_datetime = models.DateTimeField(null=True, blank=True, help_text=_("Datetime of its newest change event."))
+    storage_name = models.CharField(max_length=1024, blank=True)
+    size = models.PositiveBigIntegerField(default=0)
+    sha256 = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["resource_set", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["resource_set", "number"], name="resourcesync_changelist_number"),
+            models.UniqueConstraint(
+                fields=["resource_set"], condition=models.Q(until__isnull=True), name="resourcesync_one_open_changelist"
+            ),
+        ]
+        verbose_name = _("change list")
+        verbose_name_plural = _("change lists")
+
+    def __str__(self):
+        return f"{self.resource_set.slug} change list {self.number}" + ("" if self.until else " (open)")
+
+    @property
+    def is_open(self):
+        return self.until is None
+
+
+class ChangeEvent(models.Model):
+    """One entry of the append-only change log; ``id`` is the sequence that orders the log."""
+
+    class Change(models.TextChoices):
+        CREATED = "created", _("created")
+        UPDATED = "updated", _("updated")
+        DELETED = "deleted", _("deleted")
+
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="changes")
+    changelist = models.ForeignKey(ChangeList, on_delete=models.CASCADE, related_name="changes")
+    object_pk = models.CharField(max_length=64)
+    uri = models.CharField(max_length=2048)
+    change = models.CharField(max_length=8, choices=Change.choices)
+    datetime = models.DateTimeField()
+    lastmod = models.DateTimeField(null=True, blank=True)
+    md5 = models.CharField(max_length=32, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True)
+    length = models.BigIntegerField(null=True, blank=True)
+    media_type = models.CharField(max_length=255, blank=True)
+    entry_xml = models.TextField(help_text=_("The <url> element of this change in a Change List."))
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["changelist", "id"]),
+            models.Index(fields=["resource_set", "id"]),
+            models.Index(fields=["resource_set", "object_pk", "id"]),
+        ]
+        verbose_name = _("change event")
+        verbose_name_plural = _("change events")
+
+    def __str__(self):
+        return f"{self.change} {self.uri}"
+
+
 class Build(models.Model):
     """One rendering of a capability document (and its parts) for a set."""
 

@@ -1,15 +1,28 @@
 """One entry point for bringing a set's documents up to date, shared by tasks and commands."""
 
-from . import capabilities
+from . import capabilities, tracking
+from .builders import changelist
 from .builders.resourcelist import build_resourcelist
-
-BUILDERS = {capabilities.RESOURCELIST: build_resourcelist}
 
 
 def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None):
-    """Build every enabled capability of the set (or those in ``only``); returns the builds."""
+    """Bring every enabled capability of the set (or those in ``only``) up to date.
+
+    The set's record is brought in line with the site first (pending changes, then a reconcile,
+    which records any change that bypassed the signals), then the Resource List is rendered and
+    published, and an open Change List whose period is over is closed (the open list itself is
+    served live and needs no build). Returns the Resource List builds.
+    """
+    wanted = [c for c, _label in capabilities.CAPABILITY_CHOICES if resource_set.has_capability(c) and (not only or c in only)]
+    if not wanted:
+        return []
+    tracking.process_pending([resource_set.source], batch_size=batch_size)
     builds = []
-    for capability, builder in BUILDERS.items():
-        if resource_set.has_capability(capability) and (not only or capability in only):
-            builds.append(builder(resource_set, progress=progress, batch_size=batch_size))
+    if capabilities.RESOURCELIST in wanted:
+        builds.append(build_resourcelist(resource_set, progress=progress, batch_size=batch_size, pending=False))
+    else:
+        tracking.reconcile(resource_set, progress=progress, batch_size=batch_size)
+    if capabilities.CHANGELIST in wanted:
+        with tracking.locked(resource_set):
+            changelist.close_due(resource_set)
     return builds

@@ -23,6 +23,7 @@ import logging
 import mimetypes
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from django.core.exceptions import ImproperlyConfigured
@@ -228,6 +229,10 @@ class ResourceSource:
     name = None
     model = None
     changefreq = None
+    #: Other models whose saves and deletes can change this source's entries (for example the
+    #: item of a file, when ``items()`` leaves out the files of private items). Say which
+    #: objects each change affects in :meth:`affected`.
+    related_models = ()
 
     def items(self):
         if self.model is None:
@@ -262,7 +267,29 @@ class ResourceSource:
                 return None
         return lastmod.isoformat() if lastmod else None
 
+    def affected(self, instance):
+        """Primary keys of this source's objects whose entries may change when ``instance``, an
+        object of one of ``related_models``, is saved or deleted."""
+        return []
+
     # -- the machinery below is not meant to be overridden --------------------------------
+
+    @cached_property
+    def item_model(self):
+        return self.items().model
+
+    def tracked_models(self):
+        """The models whose saves and deletes change tracking listens to for this source."""
+        return [self.item_model, *self.related_models]
+
+    def affected_keys_of(self, model, *, objects=None, pks=None):
+        """Primary keys of this source's objects touched by a change to ``objects`` (or the
+        objects ``pks`` of ``model``)."""
+        if model._meta.concrete_model is self.item_model._meta.concrete_model:
+            return [obj.pk for obj in objects] if objects is not None else list(pks)
+        if objects is None:
+            objects = model._default_manager.filter(pk__in=list(pks))
+        return [key for obj in objects for key in self.affected(obj)]
 
     def _get(self, name, obj, default=None):
         attr = getattr(self, name, None)
@@ -350,6 +377,7 @@ class SourceRegistry:
 
     def __init__(self):
         self._sources = {}
+        self._tracking = {}
 
     def register(self, source_class=None, *, name=None):
         """Register a :class:`ResourceSource` subclass; usable as a decorator."""
@@ -362,6 +390,7 @@ class SourceRegistry:
                 raise AlreadyRegistered(f"A resource source named {key!r} is already registered.")
             cls.name = key
             self._sources[key] = cls()
+            self._tracking.clear()
             return cls
 
         return do_register(source_class) if source_class is not None else do_register
@@ -371,6 +400,7 @@ class SourceRegistry:
             del self._sources[name]
         except KeyError:
             raise NotRegistered(name) from None
+        self._tracking.clear()
 
     def get(self, name):
         try:
@@ -380,6 +410,20 @@ class SourceRegistry:
 
     def names(self):
         return sorted(self._sources)
+
+    def sources(self):
+        return [self._sources[name] for name in self.names()]
+
+    def sources_tracking(self, model):
+        """The sources whose entries a save or delete of ``model`` can change."""
+        concrete = model._meta.concrete_model
+        if concrete not in self._tracking:
+            self._tracking[concrete] = [
+                source
+                for source in self.sources()
+                if any(tracked._meta.concrete_model is concrete for tracked in source.tracked_models())
+            ]
+        return self._tracking[concrete]
 
     def __contains__(self, name):
         return name in self._sources

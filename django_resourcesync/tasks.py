@@ -8,6 +8,8 @@ import logging
 
 from celery import shared_task
 
+from . import tracking
+from .builders import changelist
 from .models import ResourceSet
 from .rebuild import rebuild_set
 
@@ -44,3 +46,34 @@ def rebuild_all_task(only=None, batch_size=None):
             logger.exception("Rebuilding resource set %s failed", resource_set.slug)
             summary.append({"set": resource_set.slug, "status": "failed", "error": str(exc)})
     return summary
+
+
+@shared_task(name="resourcesync.process_changes")
+def process_changes_task(sources=None):
+    """Turn pending changes (from signals and the bulk API) into change events. Queued after
+    every commit that records changes; also worth a beat entry every minute as a safety net."""
+    return str(tracking.process_pending(sources))
+
+
+@shared_task(name="resourcesync.reconcile_set")
+def reconcile_set_task(set_id):
+    """Compare one set with the site's data and write the missing change events."""
+    resource_set = ResourceSet.objects.get(pk=set_id)
+    tracking.process_pending([resource_set.source])
+    return str(tracking.reconcile(resource_set))
+
+
+@shared_task(name="resourcesync.reconcile_all")
+def reconcile_all_task():
+    summary = {}
+    for resource_set in ResourceSet.objects.filter(enabled=True):
+        summary[resource_set.slug] = reconcile_set_task(resource_set.pk)
+    return summary
+
+
+@shared_task(name="resourcesync.close_changelists")
+def close_changelists_task():
+    """Close open Change Lists whose period is over and drop those past retention (beat: hourly)."""
+    for resource_set in ResourceSet.objects.filter(changelists__isnull=False).distinct():
+        with tracking.locked(resource_set):
+            changelist.close_due(resource_set)

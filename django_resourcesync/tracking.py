@@ -1,30 +1,48 @@
-"""Keep the app's record of what each set publishes (:class:`~.models.Resource`) in step with the site.
+"""Change tracking: keep each set's record (:class:`~.models.Resource`) and change log in step.
 
-:func:`reconcile` compares a set's source with the record and writes what differs. It reads the
-site's objects in primary-key order, one batch at a time, so memory stays flat, and it hashes a
-resource's bytes only when its fingerprint (by default the file's name and size, or ``lastmod``)
-has changed since the last pass.
+Three paths lead here, and all end in :func:`apply`, which compares objects with the record of a
+set and writes what differs, with a :class:`~.models.ChangeEvent` for every change a Destination
+must learn about:
+
+- **signals** (:mod:`.signals`): a save or delete of a tracked model inserts a
+  :class:`~.models.PendingChange` row in the same transaction, and the commit queues
+  :func:`process_pending` (the Celery task ``resourcesync.process_changes``);
+- **the bulk API** (:func:`changed`, :func:`paused`): for ``bulk_create``, ``queryset.update()``,
+  raw SQL and other paths that send no signal;
+- **reconciliation** (:func:`reconcile`): compares a whole set with the site's data, the safety net
+  that makes every path converge.
+
+Change events are written by one writer per set at a time (the set's row is locked), so their
+sequence (the ``id``) is also their commit order, and their datetimes never go backwards even if
+the server clock does. An event records a change of what a Destination fetches: a resource that
+enters the set is ``created``, one that leaves it (deleted, made private, filtered out) is
+``deleted``, and one whose bytes or media type change is ``updated``; a save that changes none of
+that records nothing.
 """
 
+import contextlib
 import logging
+import threading
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import connections, router, transaction
 from django.utils import timezone
 
 from .conf import app_settings
-from .models import Resource
-from .sources import Representation, UnpublishableResource
-from .xml.writer import resource_entry
+from .models import ChangeEvent, PendingChange, Resource, ResourceSet
+from .sources import Representation, UnpublishableResource, registry
+from .xml.writer import change_entry, resource_entry
 
 logger = logging.getLogger(__name__)
 
 RENDERED_FIELDS = ("uri", "lastmod", "changefreq", "md5", "sha256", "length", "media_type", "links")
 ENTRY_FIELDS = (*RENDERED_FIELDS, "fingerprint", "entry_xml")
+# What a Destination fetches: a change of any of these is an "updated" event.
+REPRESENTATION_FIELDS = ("md5", "sha256", "length", "media_type")
 
 
 @dataclass
-class ReconcileResult:
+class ChangeCounts:
     created: int = 0
     updated: int = 0
     deleted: int = 0
@@ -38,8 +56,12 @@ class ReconcileResult:
         )
 
 
+# -- describing an object -------------------------------------------------------------------
+
+
 def entry_values(source, obj, known=None):
-    """Field values of the Resource row for ``obj``; reuses ``known``'s hashes when nothing changed."""
+    """Field values of the Resource row for ``obj``; reuses ``known``'s hashes when its
+    fingerprint did not change. Raises UnpublishableResource when ``obj`` cannot be listed."""
     fingerprint = source.fingerprint(obj)
     fingerprint = "" if fingerprint is None else str(fingerprint)[:512]
     representation = None
@@ -61,6 +83,133 @@ def entry_values(source, obj, known=None):
     return values
 
 
+# -- writing changes ------------------------------------------------------------------------
+
+
+class SetWriter:
+    """Applies changes to one set inside a transaction that holds the set's row lock."""
+
+    def __init__(self, resource_set, *, record_events):
+        from .builders import changelist
+
+        self.resource_set = resource_set
+        self.source = resource_set.get_source()
+        self.record_events = record_events
+        self.log = changelist.ChangeLog(resource_set) if record_events else None
+        self.counts = ChangeCounts()
+
+    def apply(self, objects):
+        """``objects``: ``{object_pk: obj or None}``, ``None`` for an object that is not (or no
+        longer) among the set's items."""
+        keys = list(objects)
+        known = {row.object_pk: row for row in Resource.objects.filter(resource_set=self.resource_set, object_pk__in=keys)}
+        creates, updates, deletes, events = [], [], [], []
+        now = timezone.now()
+        for key in keys:
+            obj, row = objects[key], known.get(key)
+            values = None
+            if obj is not None:
+                try:
+                    values = entry_values(self.source, obj, row)
+                except UnpublishableResource as exc:
+                    logger.warning("Set %s: %r is not published: %s", self.resource_set.slug, obj, exc)
+                    self.counts.skipped += 1
+            if values is None:
+                if row is not None:
+                    deletes.append(row)
+                    events.append(self._event(row.object_pk, "deleted", {"uri": row.uri}))
+                continue
+            if row is None:
+                creates.append(Resource(resource_set=self.resource_set, object_pk=key, recorded=now, **values))
+                events.append(self._event(key, "created", values))
+                continue
+            changed = [name for name, value in values.items() if getattr(row, name) != value]
+            if not changed:
+                self.counts.unchanged += 1
+                continue
+            if "uri" in changed:
+                # A resource that moves is, to a Destination, one deleted and one created.
+                events.append(self._event(key, "deleted", {"uri": row.uri}))
+                events.append(self._event(key, "created", values))
+            elif any(name in changed for name in REPRESENTATION_FIELDS):
+                events.append(self._event(key, "updated", values))
+            else:
+                self.counts.unchanged += 1  # only lastmod, links or the like: no event
+            for name, value in values.items():
+                setattr(row, name, value)
+            row.recorded = now
+            updates.append(row)
+        creates, updates, events = self._without_uri_clashes(creates, updates, events)
+        if deletes:
+            Resource.objects.filter(pk__in=[row.pk for row in deletes]).delete()
+        Resource.objects.bulk_update(updates, [*ENTRY_FIELDS, "recorded"])
+        Resource.objects.bulk_create(creates)
+        for event, _links in events:
+            setattr(self.counts, event.change, getattr(self.counts, event.change) + 1)
+        if self.record_events:
+            self.log.append(events)
+
+    def _event(self, key, change, values):
+        """A change event (its datetime and entry are set by the ChangeLog), with its links."""
+        event = ChangeEvent(resource_set=self.resource_set, object_pk=key, uri=values["uri"], change=change)
+        if change == "deleted":
+            return event, []
+        event.lastmod, event.length = values["lastmod"], values["length"]
+        event.md5, event.sha256, event.media_type = values["md5"], values["sha256"], values["media_type"]
+        return event, values["links"]
+
+    def _without_uri_clashes(self, creates, updates, events):
+        """Leave out objects whose URI another object of the set already publishes."""
+        rows = creates + updates
+        if not rows:
+            return creates, updates, events
+        taken = dict(
+            Resource.objects.filter(resource_set=self.resource_set, uri__in=[row.uri for row in rows]).values_list("uri", "object_pk")
+        )
+        refused = set()
+        for row in rows:
+            owner = taken.get(row.uri)
+            if owner is not None and owner != row.object_pk:
+                logger.warning(
+                    "Set %s: object %s has the URI %s of object %s; not published", self.resource_set.slug, row.object_pk, row.uri, owner
+                )
+                refused.add(row.object_pk)
+                self.counts.skipped += 1
+            else:
+                taken[row.uri] = row.object_pk
+        if not refused:
+            return creates, updates, events
+        return (
+            [row for row in creates if row.object_pk not in refused],
+            [row for row in updates if row.object_pk not in refused],
+            [(event, links) for event, links in events if event.object_pk not in refused or event.change == "deleted"],
+        )
+
+
+@contextlib.contextmanager
+def locked(resource_set):
+    """A transaction holding the set's row lock: one writer of its record and log at a time."""
+    with transaction.atomic(using=router.db_for_write(ResourceSet)):
+        ResourceSet.objects.select_for_update().filter(pk=resource_set.pk).first()
+        yield
+
+
+def is_tracked(resource_set):
+    """Whether the set's change log has started (its first reconcile opened a Change List)."""
+    return resource_set.changelists.exists()
+
+
+def apply(resource_set, objects):
+    """Apply ``{object_pk: obj or None}`` to the set, with change events once tracking started."""
+    with locked(resource_set):
+        writer = SetWriter(resource_set, record_events=is_tracked(resource_set))
+        writer.apply(objects)
+    return writer.counts
+
+
+# -- reconciliation -------------------------------------------------------------------------
+
+
 def _batches(queryset, batch_size):
     """Yield lists of objects in primary-key order, by keyset pagination."""
     last = None
@@ -76,77 +225,164 @@ def _batches(queryset, batch_size):
 
 
 def reconcile(resource_set, *, batch_size=None, progress=None):
-    """Bring the set's Resource rows in line with its source; returns the counts."""
+    """Compare the set's source with its record and write what differs, with change events.
+
+    The first reconcile of a set records its resources silently and opens its first Change List:
+    Destinations start from a Resource List, not from a flood of ``created`` events.
+    """
+    from .builders import changelist
+
     batch_size = batch_size or app_settings.BATCH_SIZE
     source = resource_set.get_source()
     queryset = source.queryset(resource_set.lookups)
-    result = ReconcileResult()
+    record_events = is_tracked(resource_set)
+    counts = ChangeCounts()
     total = queryset.count() if progress else None
     seen = 0
     for batch in _batches(queryset, batch_size):
-        _reconcile_batch(resource_set, source, batch, result)
+        _apply_batch(resource_set, {str(obj.pk): obj for obj in batch}, record_events, counts)
         seen += len(batch)
         if progress:
             progress("reconcile", seen, total)
-    _delete_departed(resource_set, queryset, batch_size, result)
-    return result
-
-
-def _reconcile_batch(resource_set, source, batch, result):
-    keys = [str(obj.pk) for obj in batch]
-    known = {row.object_pk: row for row in Resource.objects.filter(resource_set=resource_set, object_pk__in=keys)}
-    creates, updates = [], []
-    now = timezone.now()
-    for obj, key in zip(batch, keys):
-        try:
-            values = entry_values(source, obj, known.get(key))
-        except UnpublishableResource as exc:
-            logger.warning("Set %s: %r not published: %s", resource_set.slug, obj, exc)
-            result.skipped += 1
-            continue
-        row = known.get(key)
-        if row is None:
-            creates.append(Resource(resource_set=resource_set, object_pk=key, recorded=now, **values))
-        elif any(getattr(row, name) != value for name, value in values.items()):
-            for name, value in values.items():
-                setattr(row, name, value)
-            row.recorded = now
-            updates.append(row)
-        else:
-            result.unchanged += 1
-    creates, updates = _without_uri_clashes(resource_set, creates, updates, result)
-    with transaction.atomic():
-        Resource.objects.bulk_create(creates)
-        Resource.objects.bulk_update(updates, [*ENTRY_FIELDS, "recorded"])
-    result.created += len(creates)
-    result.updated += len(updates)
-
-
-def _without_uri_clashes(resource_set, creates, updates, result):
-    """Leave out rows whose URI another object of the set already publishes."""
-    rows = creates + updates
-    taken = dict(
-        Resource.objects.filter(resource_set=resource_set, uri__in=[row.uri for row in rows]).values_list("uri", "object_pk")
-    )
-    kept_creates, kept_updates = [], []
-    for row, kept in [(row, kept_creates) for row in creates] + [(row, kept_updates) for row in updates]:
-        owner = taken.get(row.uri)
-        if owner is not None and owner != row.object_pk:
-            logger.warning("Set %s: object %s has the URI %s of object %s; not published", resource_set.slug, row.object_pk, row.uri, owner)
-            result.skipped += 1
-            continue
-        taken[row.uri] = row.object_pk
-        kept.append(row)
-    return kept_creates, kept_updates
-
-
-def _delete_departed(resource_set, queryset, batch_size, result):
-    """Remove rows whose object is gone from the source (deleted, made private, filtered out)."""
-    rows = Resource.objects.filter(resource_set=resource_set)
-    for batch in _batches(rows.only("pk", "object_pk"), batch_size):
+    # Rows whose object left the source: deleted, made private, filtered out.
+    for batch in _batches(Resource.objects.filter(resource_set=resource_set).only("pk", "object_pk"), batch_size):
         keys = [row.object_pk for row in batch]
         present = {str(pk) for pk in queryset.filter(pk__in=keys).values_list("pk", flat=True)}
-        gone = [row.pk for row in batch if row.object_pk not in present]
+        gone = {key: None for key in keys if key not in present}
         if gone:
-            Resource.objects.filter(pk__in=gone).delete()
-            result.deleted += len(gone)
+            _apply_batch(resource_set, gone, record_events, counts)
+    if not record_events:
+        changelist.start_log(resource_set)
+    return counts
+
+
+def _apply_batch(resource_set, objects, record_events, counts):
+    with locked(resource_set):
+        writer = SetWriter(resource_set, record_events=record_events)
+        writer.apply(objects)
+    for name in ("created", "updated", "deleted", "unchanged", "skipped"):
+        setattr(counts, name, getattr(counts, name) + getattr(writer.counts, name))
+
+
+# -- pending changes (signals and the bulk API) ---------------------------------------------
+
+_state = threading.local()
+
+
+def is_enabled():
+    return not getattr(_state, "paused", 0)
+
+
+@contextlib.contextmanager
+def paused():
+    """Turn the signal handlers off in this thread, e.g. around a data import; call
+    :func:`changed` or run ``resourcesync_reconcile`` afterwards."""
+    _state.paused = getattr(_state, "paused", 0) + 1
+    try:
+        yield
+    finally:
+        _state.paused -= 1
+
+
+def record(source_name, keys, *, using=None):
+    """Insert pending changes for ``keys`` of a source and have them processed after the commit."""
+    keys = list(dict.fromkeys(str(key) for key in keys if key is not None))
+    if not keys:
+        return
+    using = using or router.db_for_write(PendingChange)
+    now = timezone.now()
+    PendingChange.objects.using(using).bulk_create(
+        [PendingChange(source=source_name, object_pk=key, recorded=now) for key in keys], batch_size=5000
+    )
+    _dispatch_on_commit(source_name, using)
+
+
+class _Dispatch:
+    """The on-commit callback of one transaction: queues processing for the sources it touched."""
+
+    def __init__(self):
+        self.sources = set()
+        self.done = False
+
+    def __call__(self):
+        from .tasks import process_changes_task
+
+        self.done = True
+        try:
+            process_changes_task.delay(sorted(self.sources))
+        except Exception:  # a broker outage must not fail the committed save; beat catches up
+            logger.exception("Could not queue change processing for %s; it waits for the next run", sorted(self.sources))
+
+
+def _dispatch_on_commit(source_name, using):
+    connection = connections[using]
+    if connection.in_atomic_block:
+        # One callback per transaction: find the one already registered, if any.
+        for _sids, func, _robust in getattr(connection, "run_on_commit", []):
+            if isinstance(func, _Dispatch) and not func.done:
+                func.sources.add(source_name)
+                return
+    dispatch = _Dispatch()
+    dispatch.sources.add(source_name)
+    transaction.on_commit(dispatch, using=using)
+
+
+def changed(objects=None, *, model=None, pks=None):
+    """The bulk API: record that objects changed (or were deleted) without sending signals.
+
+    Pass a queryset or iterable of instances, or ``model`` and ``pks`` (which may name objects
+    that no longer exist)::
+
+        Item.objects.filter(collection=c).update(title=...)
+        tracking.changed(Item.objects.filter(collection=c))
+
+        Item.objects.filter(pk__in=gone).delete()        # signals do this one
+        tracking.changed(model=Item, pks=gone)            # raw SQL: say so yourself
+
+    Every source that tracks the model is told, related models included. Processing happens
+    after the commit, like that of signals.
+    """
+    if objects is not None:
+        objects = list(objects)
+        if not objects:
+            return 0
+        model = type(objects[0])
+    elif model is None or pks is None:
+        raise TypeError("changed() takes objects, or model= and pks=")
+    count = 0
+    for source in registry.sources_tracking(model):
+        keys = source.affected_keys_of(model, objects=objects, pks=pks)
+        record(source.name, keys)
+        count += len(keys)
+    return count
+
+
+def process_pending(source_names=None, *, batch_size=None):
+    """Turn pending changes into change events; returns the counts. Safe to run concurrently."""
+    batch_size = batch_size or app_settings.BATCH_SIZE
+    counts = ChangeCounts()
+    names = source_names or list(PendingChange.objects.values_list("source", flat=True).distinct())
+    for name in names:
+        if name not in registry:
+            logger.warning("Pending changes for the unregistered source %r are left waiting", name)
+            continue
+        source = registry.get(name)
+        sets = list(ResourceSet.objects.filter(source=name).order_by("pk"))
+        while True:
+            with transaction.atomic():
+                # Lock the sets first (in pk order, as every writer does), then take the batch:
+                # a concurrent run waits here and then finds the rows already processed.
+                for resource_set in sets:
+                    ResourceSet.objects.select_for_update().filter(pk=resource_set.pk).first()
+                pending = list(PendingChange.objects.filter(source=name).order_by("id")[:batch_size])
+                if not pending:
+                    break
+                keys = list(dict.fromkeys(change.object_pk for change in pending))
+                for resource_set in sets:
+                    present = {str(obj.pk): obj for obj in source.queryset(resource_set.lookups).filter(pk__in=keys)}
+                    writer = SetWriter(resource_set, record_events=is_tracked(resource_set))
+                    writer.apply({key: present.get(key) for key in keys})
+                    for field in ("created", "updated", "deleted", "unchanged", "skipped"):
+                        setattr(counts, field, getattr(counts, field) + getattr(writer.counts, field))
+                PendingChange.objects.filter(pk__in=[change.pk for change in pending]).delete()
+    return counts

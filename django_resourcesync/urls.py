@@ -9,5 +9,7 @@ app_name = "resourcesync"
 urlpatterns = [
     path(".well-known/resourcesync", views.source_description, name="source-description"),
     path("resourcesync/<slug:slug>/capabilitylist.xml", views.capability_list, name="capability-list"),
+    path("resourcesync/<slug:slug>/changelist.xml", views.changelist, name="changelist", kwargs={"name": "changelist.xml"}),
+    path("resourcesync/<slug:slug>/changelist/<int:number>.xml", views.changelist_part, name="changelist-part"),
     path("resourcesync/<slug:slug>/<path:name>", views.document, name="document"),
 ]

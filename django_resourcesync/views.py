@@ -13,6 +13,8 @@ from django.views.decorators.http import require_safe
 
 from . import storage
 from .builders import capabilitylist
+from .builders import changelist as changelists
+from .capabilities import CHANGELIST
 from .conf import app_settings
 from .models import Build, Document, ResourceSet
 
@@ -80,11 +82,29 @@ def document(request, slug, name):
     if doc is None:
         raise Http404("No such document")
 
-    def make_response():
-        if app_settings.SERVE_BY_REDIRECT:
-            return HttpResponseRedirect(storage.get_storage().url(doc.storage_name))
-        response = FileResponse(storage.get_storage().open(doc.storage_name, "rb"), content_type=CONTENT_TYPE)
-        response["Content-Length"] = str(doc.size)
-        return response
+    return _conditional(request, doc.sha256, doc.written, lambda: _stream_from_storage(doc.storage_name, doc.size))
 
-    return _conditional(request, doc.sha256, doc.written, make_response)
+
+def _stream_from_storage(storage_name, size):
+    if app_settings.SERVE_BY_REDIRECT:
+        return HttpResponseRedirect(storage.get_storage().url(storage_name))
+    response = FileResponse(storage.get_storage().open(storage_name, "rb"), content_type=CONTENT_TYPE)
+    response["Content-Length"] = str(size)
+    return response
+
+
+@require_safe
+def changelist(request, slug, name):
+    """The open Change List (served live) or, once there are several, the Change List Index."""
+    resource_set = _enabled_set(slug)
+    served = changelists.serve(resource_set, name) if resource_set.has_capability(CHANGELIST) else None
+    if served is None:
+        raise Http404("No Change List")
+    if served.storage_name:
+        return _conditional(request, served.etag, served.last_modified, lambda: _stream_from_storage(served.storage_name, served.size))
+    return _conditional(request, served.etag, served.last_modified, lambda: HttpResponse(served.body(), content_type=CONTENT_TYPE))
+
+
+@require_safe
+def changelist_part(request, slug, number):
+    return changelist(request, slug, changelists.part_name(number))

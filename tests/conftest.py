@@ -44,3 +44,11 @@ def bitstreams(db):
 @pytest.fixture
 def metadata(db):
     return demo_set("metadata")
+
+
+@pytest.fixture
+def admin_client(client, db):
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.create_superuser("admin", "admin@example.org", "pw"))
+    return client

@@ -1,20 +1,12 @@
 """The admin shows what each set publishes, and rebuilds on request."""
 
 import pytest
-from django.contrib.auth.models import User
 
 from django_resourcesync.models import Build
 
 from .helpers import build
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def admin_client(client):
-    user = User.objects.create_superuser("admin", "admin@example.org", "pw")
-    client.force_login(user)
-    return client
 
 
 def test_set_page_shows_counts_and_links(admin_client, seed, bitstreams):

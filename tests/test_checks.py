@@ -30,6 +30,9 @@ def test_default_configuration_is_clean():
         ({"MAX_DOCUMENT_BYTES": 100 * 1024 * 1024}, "resourcesync.E008"),
         ({"KEEP_BUILDS": -1}, "resourcesync.E009"),
         ({"NO_SUCH_KEY": 1}, "resourcesync.E002"),
+        ({"BASE_URL": "https://not-allowed.example"}, "resourcesync.E016"),
+        ({"CHANGELIST_PERIOD": "fortnightly"}, "resourcesync.E014"),
+        ({"CHANGELIST_RETENTION": 0}, "resourcesync.E015"),
     ],
 )
 def test_bad_settings(settings, override, expected):
@@ -56,8 +59,9 @@ def test_set_with_unregistered_source_or_bad_filter():
     ResourceSet.objects.create(name="Ghost", slug="ghost", source="nosuchsource", capabilities=["resourcelist"])
     ResourceSet.objects.create(name="Bad", slug="bad", source="metadata", lookups={"nosuchfield": 1}, capabilities=["resourcelist"])
     found = ids(databases=["default"])
-    assert "resourcesync.E011" in found and "nosuchsource" in found["resourcesync.E011"].msg
-    assert "resourcesync.E012" in found and found["resourcesync.E012"].hint
+    assert "resourcesync.W003" in found and "nosuchsource" in found["resourcesync.W003"].msg
+    assert "resourcesync.W004" in found and found["resourcesync.W004"].hint
+    call_command("migrate", verbosity=0)  # warnings: they do not stop migrate
 
 
 @pytest.mark.django_db

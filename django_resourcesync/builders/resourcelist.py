@@ -12,7 +12,7 @@ from django.utils import timezone
 from .. import capabilities, uris
 from ..conf import app_settings
 from ..models import Resource
-from ..tracking import reconcile
+from ..tracking import process_pending, reconcile
 from ..xml.writer import DocumentWriter, url_element, w3c_datetime
 from . import BuildContext
 
@@ -26,8 +26,9 @@ def part_name(build, number):
     return f"resourcelist/{build.pk}/part-{number:05d}.xml"
 
 
-def build_resourcelist(resource_set, *, refresh=True, progress=None, batch_size=None):
-    """Reconcile the set (unless ``refresh`` is false), render its Resource List and publish it.
+def build_resourcelist(resource_set, *, refresh=True, pending=True, progress=None, batch_size=None):
+    """Reconcile the set (unless ``refresh`` is false; first processing its pending changes unless
+    ``pending`` is false), render its Resource List and publish it.
 
     On any error the build is recorded as failed, its files are removed, and the documents
     published before stay in place and served.
@@ -35,8 +36,14 @@ def build_resourcelist(resource_set, *, refresh=True, progress=None, batch_size=
     context = BuildContext(resource_set, capabilities.RESOURCELIST, at=timezone.now())
     batch_size = batch_size or app_settings.BATCH_SIZE
     try:
+        if refresh and pending:
+            process_pending([resource_set.source], batch_size=batch_size)
         if refresh:
             reconcile(resource_set, progress=progress, batch_size=batch_size)
+        # The snapshot starts now: every change the log records from here on has a later
+        # datetime, so this list plus the changes after `at` is the current state.
+        context.build.at = timezone.now()
+        context.build.save(update_fields=["at"])
         rows = Resource.objects.filter(resource_set=resource_set)
         total = rows.count()
         try:

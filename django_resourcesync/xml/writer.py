@@ -114,6 +114,27 @@ def resource_entry(uri, lastmod=None, changefreq=None, md5="", sha256="", length
     )
 
 
+def change_entry(uri, change, datetime, lastmod=None, md5="", sha256="", length=None, media_type=None, links=()):
+    """The ``<url>`` entry of one change in a Change List (spec section 12.1).
+
+    A deletion carries the URI, the change and its datetime only: nothing about what was removed.
+    """
+    if change == "deleted":
+        return url_element(uri, md={"change": change, "datetime": w3c_datetime(datetime)})
+    return url_element(
+        uri,
+        lastmod=lastmod,
+        md={
+            "change": change,
+            "datetime": w3c_datetime(datetime),
+            "hash": hash_value(md5, sha256),
+            "length": length,
+            "type": media_type or None,
+        },
+        links=links or (),
+    )
+
+
 class DocumentWriter:
     """Write one ``<urlset>`` or ``<sitemapindex>`` document.
 

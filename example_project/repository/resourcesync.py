@@ -1,8 +1,10 @@
 """What the demo repository publishes over ResourceSync (autodiscovered by django_resourcesync)."""
 
+import hashlib
+
 from django_resourcesync import sources
 
-from .models import Item, ItemFile
+from .models import Collection, Item, ItemFile
 
 
 @sources.register
@@ -10,9 +12,14 @@ class BitstreamSource(sources.ResourceSource):
     """Every file of every public item, with the bytes of the file itself."""
 
     name = "bitstreams"
+    # A file leaves the set when its item is made private: changes to items concern it too.
+    related_models = (Item,)
 
     def items(self):
         return ItemFile.objects.filter(item__is_public=True).select_related("item")
+
+    def affected(self, instance):
+        return instance.files.values_list("pk", flat=True)
 
     def lastmod(self, obj):
         return obj.modified
@@ -35,9 +42,14 @@ class MetadataRecordSource(sources.ViewSource):
     """A Dublin Core record per public item, rendered by the site's own view."""
 
     name = "metadata"
+    # The record shows its collection's name.
+    related_models = (Collection,)
 
     def items(self):
         return Item.objects.filter(is_public=True).select_related("collection")
+
+    def affected(self, instance):
+        return instance.items.values_list("pk", flat=True)
 
     def location(self, obj):
         return obj.get_metadata_url()
@@ -46,8 +58,10 @@ class MetadataRecordSource(sources.ViewSource):
         return obj.modified
 
     def fingerprint(self, obj):
-        # The record shows the item and its collection's name: re-render when either changes.
-        return f"{obj.modified.isoformat()}|{obj.collection.name}"
+        # Everything the record shows: it is rendered again only when one of these changes,
+        # whichever way the change was made (a save, queryset.update(), raw SQL).
+        shown = (obj.pk, obj.title, obj.creator, obj.abstract, obj.collection.name)
+        return hashlib.sha256(repr(shown).encode()).hexdigest()
 
     def links(self, obj):
         return [{"rel": "describes", "href": obj.get_absolute_url(), "type": "text/html"}]

@@ -6,6 +6,8 @@ from django.core.files.base import ContentFile
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from django_resourcesync import tracking
+
 from ...models import Collection, Item, ItemFile
 
 COLLECTIONS = [("theses", "Theses"), ("articles", "Articles"), ("datasets", "Research data")]
@@ -65,6 +67,9 @@ class Command(BaseCommand):
                         rows.append(row)
                 ItemFile.objects.bulk_create(rows)
                 added_files += len(rows)
+                # bulk_create sends no signal: tell change tracking what was added.
+                tracking.changed(created)
+                tracking.changed(rows)
             if verbosity >= 1:
                 self.stderr.write(f"\r{numbers[-1] - first + 1}/{items} items", ending="")
         if verbosity >= 1 and items:

@@ -1,0 +1,348 @@
+"""Change tracking and Change Lists: every change reaches Destinations, oldest first."""
+
+import datetime
+import hashlib
+
+import pytest
+from django.core.management import call_command
+from django.db import transaction
+from django.utils import timezone
+
+from django_resourcesync import tracking
+from django_resourcesync.builders import changelist as changelists
+from django_resourcesync.models import ChangeEvent, ChangeList, PendingChange, Resource
+from example_project.repository.models import Collection, Item, ItemFile
+
+from .helpers import build, fetch, path_of
+from .xmlcheck import SM, W3C_UTC, check_document, entries, link, md
+
+pytestmark = pytest.mark.django_db
+
+ALL = ["resourcelist", "changelist"]
+
+
+@pytest.fixture
+def tracked(seed, bitstreams, metadata, django_capture_on_commit_callbacks):
+    """Both demo sets offering Resource and Change Lists, seeded with 6 items and baselined."""
+    for resource_set in (bitstreams, metadata):
+        resource_set.capabilities = ALL
+        resource_set.save()
+    with django_capture_on_commit_callbacks(execute=True):
+        seed(6)
+    build(bitstreams)
+    build(metadata)
+    return bitstreams, metadata
+
+
+@pytest.fixture
+def committing(django_capture_on_commit_callbacks):
+    """Run the code under it as if each transaction committed (on-commit hooks execute)."""
+    return lambda: django_capture_on_commit_callbacks(execute=True)
+
+
+def changes(resource_set, name="changelist.xml"):
+    """[(change, loc, md)] of a served Change List, checked against schema and spec rules."""
+    status, body, _ = fetch(f"/resourcesync/{resource_set.slug}/{name}")
+    assert status == 200
+    doc = check_document(body, "changelist")
+    assert doc.tag == f"{{{SM}}}urlset"
+    found = []
+    previous = None
+    for entry in entries(doc):
+        meta = md(entry)
+        assert W3C_UTC.match(meta["datetime"])
+        assert previous is None or meta["datetime"] >= previous, "oldest first"
+        previous = meta["datetime"]
+        assert meta["datetime"] >= md(doc)["from"]
+        if meta["change"] == "deleted":
+            assert set(meta) == {"change", "datetime"}, "a deletion says nothing of what was removed"
+            assert entry.find(f"{{{SM}}}lastmod") is None and not entry.findall("{http://www.openarchives.org/rs/terms/}ln")
+        else:
+            assert {"hash", "length", "type"} <= set(meta)
+        found.append((meta["change"], entry.find(f"{{{SM}}}loc").text, meta))
+    return found
+
+
+def test_baseline_records_no_events_and_opens_a_change_list(tracked):
+    bitstreams, metadata = tracked
+    assert ChangeEvent.objects.count() == 0
+    assert changes(metadata) == []
+    _, body, _ = fetch("/resourcesync/metadata/capabilitylist.xml")
+    kinds = [md(e)["capability"] for e in entries(check_document(body, "capabilitylist"))]
+    assert kinds == ["resourcelist", "changelist"]
+    _, body, _ = fetch("/resourcesync/metadata/changelist.xml")
+    doc = check_document(body, "changelist")
+    assert "until" not in md(doc) and link(doc, "up") == "http://testserver/resourcesync/metadata/capabilitylist.xml"
+    assert link(doc, "index") is None
+
+
+def test_a_save_that_changes_the_bytes_is_an_update(tracked, committing):
+    item = Item.objects.order_by("pk")[0]
+    with committing():
+        item.title = "A new title"
+        item.save()
+    (event,) = changes(tracked[1])
+    change, loc, meta = event
+    assert (change, loc) == ("updated", f"http://testserver{item.get_metadata_url()}")
+    status, body, _ = fetch(item.get_metadata_url())
+    assert meta["hash"].split()[1] == "sha-256:" + hashlib.sha256(body).hexdigest() and b"A new title" in body
+    assert changes(tracked[0]) == [], "the item's files did not change"
+
+
+def test_a_save_that_changes_nothing_published_records_nothing(tracked, committing):
+    item = Item.objects.order_by("pk")[0]
+    with committing():
+        item.save()
+        item.files.first().save()
+    assert ChangeEvent.objects.count() == 0
+    assert PendingChange.objects.count() == 0
+
+
+def test_a_rolled_back_transaction_leaves_nothing(tracked, committing):
+    item = Item.objects.order_by("pk")[0]
+    with committing():
+        with pytest.raises(RuntimeError):
+            with transaction.atomic():
+                item.title = "Never committed"
+                item.save()
+                Item.objects.order_by("pk")[1].delete()
+                raise RuntimeError
+    assert PendingChange.objects.count() == 0 and ChangeEvent.objects.count() == 0
+    tracking.process_pending()
+    assert ChangeEvent.objects.count() == 0
+
+
+def test_delete_and_made_private_are_deletions_and_no_longer_served(tracked, committing):
+    bitstreams, metadata = tracked
+    gone, hidden = Item.objects.order_by("pk")[0], Item.objects.order_by("pk")[2]
+    gone_pk = gone.pk
+    gone_files = [f.get_absolute_url() for f in gone.files.all()]
+    hidden_files = [f.get_absolute_url() for f in hidden.files.all()]
+    with committing():
+        gone.delete()
+    with committing():
+        hidden.is_public = False
+        hidden.save()
+    assert [(c, loc) for c, loc, _ in changes(metadata)] == [
+        ("deleted", f"http://testserver/items/{gone_pk}/metadata.xml"),
+        ("deleted", f"http://testserver/items/{hidden.pk}/metadata.xml"),
+    ]
+    assert [(c, path_of(loc)) for c, loc, _ in changes(bitstreams)] == [("deleted", u) for u in gone_files + hidden_files]
+    for url in hidden_files + [hidden.get_metadata_url(), hidden.get_absolute_url()]:
+        assert fetch(url)[0] == 404
+    with committing():
+        hidden.is_public = True
+        hidden.save()
+    assert [c for c, _loc, _ in changes(metadata)][-1] == "created"
+
+
+def test_renaming_a_collection_updates_its_records(tracked, committing):
+    collection = Collection.objects.get(slug="theses")
+    with committing():
+        collection.name = "Doctoral theses"
+        collection.save()
+    updated = {loc for c, loc, _ in changes(tracked[1]) if c == "updated"}
+    assert updated == {f"http://testserver{i.get_metadata_url()}" for i in collection.items.all()} and len(updated) == 2
+
+
+def test_queryset_update_then_reconcile(tracked, committing):
+    Item.objects.filter(collection__slug="articles").update(title="Bulk title")
+    assert ChangeEvent.objects.count() == 0, "queryset.update() sends no signal"
+    with committing():
+        call_command("resourcesync_reconcile", verbosity=0)
+    updated = {loc for c, loc, _ in changes(tracked[1])}
+    assert updated == {f"http://testserver{i.get_metadata_url()}" for i in Item.objects.filter(collection__slug="articles")}
+    with committing():
+        call_command("resourcesync_reconcile", verbosity=0)
+    assert len(changes(tracked[1])) == len(updated), "a second reconcile finds nothing new"
+
+
+def test_bulk_api_after_update(tracked, committing):
+    with committing():
+        Item.objects.filter(collection__slug="datasets").update(title="Bulk again")
+        # Two records, and the two items' files (a source tracking items as a related model).
+        assert tracking.changed(Item.objects.filter(collection__slug="datasets")) == 4
+    assert [c for c, _loc, _ in changes(tracked[1])] == ["updated", "updated"]
+
+
+def test_bulk_api_after_raw_delete(tracked, committing):
+    doomed = list(Item.objects.order_by("pk").values_list("pk", flat=True)[:2])
+    with committing():
+        with tracking.paused():
+            Item.objects.filter(pk__in=doomed).delete()
+        assert PendingChange.objects.count() == 0
+        tracking.changed(model=Item, pks=doomed)
+        tracking.changed(model=ItemFile, pks=list(Resource.objects.filter(resource_set=tracked[0]).exclude(
+            object_pk__in=[str(pk) for pk in ItemFile.objects.values_list("pk", flat=True)]).values_list("object_pk", flat=True)))
+    assert [c for c, _loc, _ in changes(tracked[1])] == ["deleted", "deleted"]
+    assert {c for c, _loc, _ in changes(tracked[0])} == {"deleted"}
+
+
+def test_seeding_reports_created(tracked, committing):
+    with committing():
+        call_command("seed_repository", items=3, verbosity=0)
+    created = [loc for c, loc, _ in changes(tracked[1]) if c == "created"]
+    assert len(created) == 3
+    assert len([1 for c, _loc, _ in changes(tracked[0]) if c == "created"]) == 4  # item 9 has two files
+
+
+def test_fixture_loading_is_tracked(tracked, committing, tmp_path):
+    fixture = tmp_path / "items.json"
+    collection = Collection.objects.first()
+    fixture.write_text(
+        '[{"model": "repository.item", "pk": 9001, "fields": {"collection": %d, "title": "From a fixture", '
+        '"is_public": true, "created": "2026-01-01T00:00:00Z", "modified": "2026-01-01T00:00:00Z"}}]' % collection.pk
+    )
+    with committing():
+        call_command("loaddata", str(fixture), verbosity=0)
+    assert [(c, loc) for c, loc, _ in changes(tracked[1])] == [("created", "http://testserver/items/9001/metadata.xml")]
+
+
+def test_an_item_changed_twice_is_listed_twice(tracked, committing):
+    item = Item.objects.order_by("pk")[0]
+    for title in ("First", "Second"):
+        with committing():
+            item.title = title
+            item.save()
+    assert [c for c, _loc, _ in changes(tracked[1])] == ["updated", "updated"]
+
+
+def test_datetimes_never_go_backwards_when_the_clock_does(tracked, committing, monkeypatch):
+    items = list(Item.objects.order_by("pk")[:3])
+    with committing():
+        items[0].title = "x"
+        items[0].save()
+    real_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real_now() - datetime.timedelta(hours=3))
+    for item in items[1:]:
+        with committing():
+            item.title = "y"
+            item.save()
+    events = list(ChangeEvent.objects.order_by("id"))
+    assert [e.datetime for e in events] == sorted(e.datetime for e in events)
+    changes(tracked[1])  # ordered, and none before `from`
+
+
+def test_change_list_closes_at_the_entry_limit_and_gets_an_index(tracked, committing, settings, documents_storage):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 4}
+    metadata = tracked[1]
+    for n, item in enumerate(Item.objects.order_by("pk")):
+        with committing():
+            item.title = f"Title {n}"
+            item.save()
+    with committing():
+        Item.objects.order_by("pk")[0].delete()
+    # 7 events: lists of 4 and 3; the second is still open.
+    status, body, _ = fetch("/resourcesync/metadata/changelist.xml")
+    index = check_document(body, "changelist")
+    assert index.tag == f"{{{SM}}}sitemapindex"
+    assert "until" not in md(index), "the log is still being extended"
+    assert link(index, "up") == "http://testserver/resourcesync/metadata/capabilitylist.xml"
+    lists = entries(index)
+    assert len(lists) == 2
+    first, second = (md(s) for s in lists)
+    assert first["until"] == second["from"] and "until" not in second
+    assert first["from"] <= first["until"]
+    seen = []
+    for sitemap in lists:
+        name = path_of(sitemap.find(f"{{{SM}}}loc").text).split("/resourcesync/metadata/")[1]
+        listed = changes(metadata, name)
+        _, body, _ = fetch(f"/resourcesync/metadata/{name}")
+        doc = check_document(body, "changelist")
+        assert link(doc, "index") == "http://testserver/resourcesync/metadata/changelist.xml"
+        assert md(doc).get("until") == md(sitemap).get("until") and md(doc)["from"] == md(sitemap)["from"]
+        if "until" in md(doc):
+            assert all(meta["datetime"] <= md(doc)["until"] for _c, _l, meta in listed)
+        seen += listed
+    assert [c for c, _l, _m in seen] == ["updated"] * 6 + ["deleted"]
+    closed = ChangeList.objects.get(resource_set=metadata, number=1)
+    assert closed.until and (documents_storage / closed.storage_name).exists()
+    # A closed list is an immutable file: it does not change when more happens.
+    _, before, _ = fetch("/resourcesync/metadata/changelist/1.xml")
+    with committing():
+        Item.objects.order_by("pk")[0].delete()
+    assert fetch("/resourcesync/metadata/changelist/1.xml")[1] == before
+
+
+def test_change_list_closes_when_its_period_is_over(tracked, committing, settings, monkeypatch):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "CHANGELIST_PERIOD": "hourly"}
+    item = Item.objects.order_by("pk")[0]
+    with committing():
+        item.title = "Before the hour"
+        item.save()
+    last = ChangeEvent.objects.get().datetime
+    boundary = changelists.period_end(last)
+    later = boundary + datetime.timedelta(minutes=5)
+    monkeypatch.setattr(timezone, "now", lambda: later)
+    with committing():
+        item.title = "After the hour"
+        item.save()
+    first, second = ChangeList.objects.filter(resource_set=tracked[1]).order_by("number")
+    assert first.until == boundary == second.from_time and second.until is None
+    assert boundary.minute == 0 and boundary.second == 0
+    # Beat closes a list whose period is over even when nothing else happens.
+    from django_resourcesync.tasks import close_changelists_task
+
+    monkeypatch.setattr(timezone, "now", lambda: later + datetime.timedelta(hours=2))
+    close_changelists_task()
+    assert ChangeList.objects.filter(resource_set=tracked[1]).count() == 3
+    assert ChangeList.objects.get(resource_set=tracked[1], number=2).until == boundary + datetime.timedelta(hours=1)
+
+
+def test_retention_drops_old_closed_lists(tracked, committing, settings, monkeypatch, documents_storage):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 1, "CHANGELIST_RETENTION": 3600}
+    for title in ("a", "b", "c"):
+        with committing():
+            item = Item.objects.order_by("pk")[0]
+            item.title = title
+            item.save()
+    closed = list(ChangeList.objects.filter(resource_set=tracked[1], until__isnull=False))
+    assert len(closed) == 2
+    files = [documents_storage / c.storage_name for c in closed]
+    assert all(f.exists() for f in files)
+    from django_resourcesync.tasks import close_changelists_task
+
+    real_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real_now() + datetime.timedelta(hours=2))
+    with committing():
+        close_changelists_task()
+    remaining = list(ChangeList.objects.filter(resource_set=tracked[1]))
+    assert [c.until for c in remaining] == [None]
+    assert not any(f.exists() for f in files)
+    _, body, _ = fetch("/resourcesync/metadata/changelist.xml")
+    doc = check_document(body, "changelist")
+    assert md(doc)["from"] == remaining[0].from_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "from tells how far back the log goes"
+
+
+def test_open_change_list_conditional_get(tracked, committing):
+    status, _, response = fetch("/resourcesync/metadata/changelist.xml")
+    etag = response["ETag"]
+    assert fetch("/resourcesync/metadata/changelist.xml", **{"If-None-Match": etag})[0] == 304
+    with committing():
+        item = Item.objects.order_by("pk")[0]
+        item.title = "changed"
+        item.save()
+    assert fetch("/resourcesync/metadata/changelist.xml", **{"If-None-Match": etag})[0] == 200
+
+
+def test_change_list_capability_off_answers_404(tracked):
+    metadata = tracked[1]
+    metadata.capabilities = ["resourcelist"]
+    metadata.save()
+    assert fetch("/resourcesync/metadata/changelist.xml")[0] == 404
+    _, body, _ = fetch("/resourcesync/metadata/capabilitylist.xml")
+    assert [md(e)["capability"] for e in entries(check_document(body, "capabilitylist"))] == ["resourcelist"]
+
+
+def test_change_log_admin(tracked, committing, admin_client):
+    with committing():
+        item = Item.objects.order_by("pk")[0]
+        item.title = "changed"
+        item.save()
+    page = admin_client.get("/admin/resourcesync/changeevent/?change__exact=updated")
+    assert page.status_code == 200 and item.get_metadata_url().encode() in page.content
+    assert admin_client.get("/admin/resourcesync/changelist/").status_code == 200
+    response = admin_client.post(
+        "/admin/resourcesync/resourceset/", {"action": "reconcile", "_selected_action": [tracked[1].pk]}, follow=True
+    )
+    assert response.status_code == 200 and b"Reconcile queued" in response.content
