@@ -44,7 +44,8 @@ class Command(BaseCommand):
             raise CommandError("--items and --file-size must be 0 or more, --batch-size positive.")
         started = time.monotonic()
         collections = [Collection.objects.get_or_create(slug=slug, defaults={"name": name})[0] for slug, name in COLLECTIONS]
-        first = (Item.objects.order_by("-pk").values_list("pk", flat=True).first() or 0) + 1
+        # Item numbers continue from the number of items there are, whatever their keys.
+        first = Item.objects.count() + 1
         added_files = 0
         for start in range(first, first + items, batch_size):
             numbers = range(start, min(start + batch_size, first + items))
