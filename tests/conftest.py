@@ -33,7 +33,7 @@ def demo_set(slug):
     demo = importlib.import_module("example_project.repository.migrations.0002_resource_sets")
 
     values = dict(next(s for s in demo.SETS if s["slug"] == slug))
-    return ResourceSet.objects.get_or_create(slug=values.pop("slug"), defaults={**values, "capabilities": ["resourcelist"]})[0]
+    return ResourceSet.objects.get_or_create(slug=values.pop("slug"), defaults={**values, "capabilities": ["resourcelist", "changelist"]})[0]
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -23,16 +24,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+_DEMO_ENV = {}
+
+
+def demo_env(base):
+    return _DEMO_ENV[base]
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "TEST_DATABASE_URL", "CELERY_BROKER_URL")}
-    env.update(
-        EXAMPLE_VAR_DIR=str(tmp_path_factory.mktemp("demo-var")),
-        RESOURCESYNC_BASE_URL=base,
-        DJANGO_SETTINGS_MODULE="example_project.settings",
-    )
+    _DEMO_ENV[base] = {"EXAMPLE_VAR_DIR": str(tmp_path_factory.mktemp("demo-var")), "RESOURCESYNC_BASE_URL": base}
+    env.update(DJANGO_SETTINGS_MODULE="example_project.settings", **_DEMO_ENV[base])
 
     def manage(*args):
         subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
@@ -95,3 +100,51 @@ def test_resync_baseline_sync_then_audit_in_sync(demo, slug, tmp_path, monkeypat
     same, updated, deleted, created = local.compare(source_list)
     assert (len(updated), len(deleted), len(created)) == (0, 0, 0)
     assert len(same) == len(source_list)
+
+
+OPERATIONS = """
+from example_project.repository.models import Item
+items = list(Item.objects.order_by("pk"))
+items[0].title = "A changed title"; items[0].save()
+items[1].delete()
+items[2].is_public = False; items[2].save()
+Item.objects.filter(pk__in=[items[3].pk, items[4].pk]).update(title="Updated in bulk")
+"""
+
+
+def test_resync_follows_the_change_list_and_ends_in_sync(demo, tmp_path, monkeypatch):
+    """Baseline, then every kind of change the site makes, then incremental sync: IN SYNC."""
+    monkeypatch.chdir(tmp_path)
+    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "TEST_DATABASE_URL", "CELERY_BROKER_URL")}
+    env.update(DJANGO_SETTINGS_MODULE="example_project.settings", **demo_env(demo))
+    clients = {}
+    for slug in ("bitstreams", "metadata"):
+        client = Client(hashes=["md5", "sha-256"])
+        client.set_mappings([f"{demo}/", str(tmp_path / slug)])
+        # The client keeps its incremental state per Resource List URI: one per set.
+        client.sitemap_name = f"{demo}/resourcesync/{slug}/resourcelist.xml"
+        client.baseline_or_audit()
+        clients[slug] = client
+    before = {slug: {r.uri for r in client.find_resource_list()} for slug, client in clients.items()}
+
+    def manage(*args):
+        subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
+
+    manage("shell", "-c", OPERATIONS)
+    manage("resourcesync_reconcile")  # for the queryset.update() above
+    manage("seed_repository", "--items", "3")
+
+    for slug, client in clients.items():
+        client.incremental(allow_deletion=True, change_list_uri=f"{demo}/resourcesync/{slug}/changelist.xml")
+    manage("resourcesync_rebuild")
+    for slug, client in clients.items():
+        source_list = client.find_resource_list()
+        local = ResourceListBuilder(set_hashes=["md5"], mapper=client.mapper).from_disk()
+        same, updated, deleted, created = local.compare(source_list)
+        assert (len(updated), len(deleted), len(created)) == (0, 0, 0), slug
+        gone = before[slug] - {r.uri for r in source_list}
+        assert gone, "items were deleted and made private"
+        for uri in gone:
+            with pytest.raises(urllib.error.HTTPError) as answer:
+                urllib.request.urlopen(uri, timeout=10)
+            assert answer.value.code == 404

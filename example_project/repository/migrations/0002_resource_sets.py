@@ -12,7 +12,7 @@ def create_sets(apps, schema_editor):
     ResourceSet = apps.get_model("resourcesync", "ResourceSet")
     for values in SETS:
         values = dict(values)
-        ResourceSet.objects.get_or_create(slug=values.pop("slug"), defaults={**values, "capabilities": ["resourcelist"]})
+        ResourceSet.objects.get_or_create(slug=values.pop("slug"), defaults={**values, "capabilities": ["resourcelist", "changelist"]})
 
 
 def delete_sets(apps, schema_editor):
