@@ -38,9 +38,11 @@ def test_capability_list_links_up_and_to_resource_list(seed, bitstreams):
     doc = check_document(body, "capabilitylist")
     assert link(doc, "up") == "http://testserver/.well-known/resourcesync"
     assert link(doc, "describedby") == "http://testserver/about/bitstreams"
-    (entry,) = entries(doc)
-    assert entry.find(f"{{{SM}}}loc").text == "http://testserver/resourcesync/bitstreams/resourcelist.xml"
-    assert md(entry) == {"capability": "resourcelist"}
+    resource_list, change_list = entries(doc)
+    assert resource_list.find(f"{{{SM}}}loc").text == "http://testserver/resourcesync/bitstreams/resourcelist.xml"
+    assert md(resource_list) == {"capability": "resourcelist"}
+    assert change_list.find(f"{{{SM}}}loc").text == "http://testserver/resourcesync/bitstreams/changelist.xml"
+    assert md(change_list) == {"capability": "changelist"}
     # The Source Description carries the set's description link too.
     _, sd, _ = fetch("/.well-known/resourcesync")
     (sd_entry,) = [e for e in entries(check_document(sd, "description")) if "bitstreams" in e.find(f"{{{SM}}}loc").text]
