@@ -182,7 +182,8 @@ class SetWriter:
         return (
             [row for row in creates if row.object_pk not in refused],
             [row for row in updates if row.object_pk not in refused],
-            [(event, links) for event, links in events if event.object_pk not in refused or event.change == "deleted"],
+            # A refused object keeps its record as it was, so none of its events stand.
+            [(event, links) for event, links in events if event.object_pk not in refused],
         )
 
 

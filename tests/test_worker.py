@@ -68,3 +68,30 @@ def test_rebuild_command_async_enqueues_on_the_worker(worker, seed):
     assert done.stdout.startswith("bitstreams: task ")
     summary = sender.AsyncResult(task_id).get(timeout=120)
     assert summary[0]["entries"] == bitstreams.resources.count() == 4
+
+
+def test_a_save_in_a_shell_reaches_the_open_change_list_through_the_worker(worker, seed):
+    import time
+
+    from django_resourcesync import tracking
+    from example_project.repository.models import Item
+
+    sender, env = worker
+    seed(2)
+    metadata = demo_set("metadata")
+    tracking.reconcile(metadata)
+    item = Item.objects.order_by("pk")[0]
+    subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c",
+         f"from example_project.repository.models import Item; i = Item.objects.get(pk={item.pk}); i.title = 'Saved in a shell'; i.save()"],
+        cwd=ROOT, env=env, check=True, capture_output=True, timeout=120,
+    )
+    started = time.monotonic()
+    while time.monotonic() - started < 20:
+        status, body, _ = fetch("/resourcesync/metadata/changelist.xml")
+        listed = entries(check_document(body, "changelist"))
+        if listed:
+            break
+        time.sleep(0.2)
+    assert [e.find("{http://www.sitemaps.org/schemas/sitemap/0.9}loc").text for e in listed] == [f"http://testserver/items/{item.pk}/metadata.xml"]
+    print(f"the change was listed {time.monotonic() - started:.2f}s after the shell returned")
