@@ -15,4 +15,6 @@ CHANGEDUMP_MANIFEST = "changedump-manifest"
 CAPABILITY_CHOICES = [
     (RESOURCELIST, _("Resource List")),
     (CHANGELIST, _("Change List")),
+    (RESOURCEDUMP, _("Resource Dump")),
+    (CHANGEDUMP, _("Change Dump")),
 ]

@@ -27,6 +27,9 @@ DEFAULTS = {
     # A <urlset> document holds at most this many entries and bytes (sitemaps.org limits).
     "MAX_ENTRIES_PER_DOCUMENT": 50_000,
     "MAX_DOCUMENT_BYTES": 50 * 1024 * 1024,
+    # A dump package is closed before its bitstreams pass this many bytes (and at
+    # MAX_ENTRIES_PER_DOCUMENT bitstreams). A single larger file gets a package of its own.
+    "DUMP_PACKAGE_BYTES": 1024**3,
     # Rows fetched per database round trip in builds and scans.
     "BATCH_SIZE": 5_000,
     # Builds of each capability kept in storage after they are replaced, so that a Destination

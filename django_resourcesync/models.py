@@ -195,6 +195,7 @@ class Build(models.Model):
     entries = models.PositiveBigIntegerField(default=0)
     documents = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
+    report = models.JSONField(default=dict, blank=True, help_text=_("What the build noticed: files changed since hashed, missing, …"))
     started = models.DateTimeField(default=timezone.now)
     finished = models.DateTimeField(null=True, blank=True)
 
@@ -215,6 +216,7 @@ class Document(models.Model):
     resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="documents")
     name = models.CharField(max_length=255, help_text=_("Path under the set's URL prefix."))
     storage_name = models.CharField(max_length=1024)
+    media_type = models.CharField(max_length=100, default="application/xml")
     is_index = models.BooleanField(default=False)
     entries = models.PositiveIntegerField(default=0)
     size = models.PositiveBigIntegerField(default=0)
@@ -231,3 +233,32 @@ class Document(models.Model):
 
     def __str__(self):
         return f"{self.resource_set.slug}/{self.name}"
+
+
+class ChangeDumpPackage(models.Model):
+    """One ZIP package of a set's Change Dump: the bitstreams of the changes in an interval."""
+
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="changedump_packages")
+    number = models.PositiveIntegerField()
+    from_time = models.DateTimeField(_("from"))
+    until = models.DateTimeField(_("until"))
+    first_event = models.BigIntegerField(help_text=_("Sequence of the first change event it covers."))
+    last_event = models.BigIntegerField(help_text=_("Sequence of the last change event it covers."))
+    entries = models.PositiveIntegerField(default=0)
+    storage_name = models.CharField(max_length=1024)
+    size = models.PositiveBigIntegerField(default=0)
+    md5 = models.CharField(max_length=32)
+    sha256 = models.CharField(max_length=64)
+    manifest_storage_name = models.CharField(max_length=1024)
+    manifest_size = models.PositiveBigIntegerField(default=0)
+    manifest_sha256 = models.CharField(max_length=64)
+    written = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["resource_set", "number"]
+        constraints = [models.UniqueConstraint(fields=["resource_set", "number"], name="resourcesync_changedump_number")]
+        verbose_name = _("change dump package")
+        verbose_name_plural = _("change dump packages")
+
+    def __str__(self):
+        return f"{self.resource_set.slug} change dump package {self.number}"

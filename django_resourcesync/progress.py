@@ -14,7 +14,8 @@ class ProgressBar:
         self._shown = 0.0
         self._visible = False
 
-    def __call__(self, phase, done, total=None):
+    def __call__(self, phase, done, total=None, *, unit="", note=""):
+        """Show ``done`` of ``total`` for ``phase``; ``unit="B"`` shows sizes in MB."""
         now = time.monotonic()
         if phase != self._phase:
             self.end()
@@ -25,12 +26,18 @@ class ProgressBar:
         self._shown = now
         elapsed = max(now - self._started, 1e-9)
         rate = done / elapsed if elapsed > 0.1 else 0
+        def amount(value):
+            return f"{value / 2**20:,.1f} MB" if unit == "B" else f"{value}"
+
         if total:
             filled = int(self.width * min(done / total, 1))
             eta = (total - done) / rate if rate else 0
-            line = f"{phase:<14} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total}" + (f" {rate:,.0f}/s ETA {eta:,.0f}s" if rate else "")
+            line = f"{phase:<14} [{'#' * filled}{'.' * (self.width - filled)}] {amount(done)}/{amount(total)}"
+            line += f" {amount(rate)}/s ETA {eta:,.0f}s" if rate else ""
         else:
-            line = f"{phase:<14} {done}" + (f" {rate:,.0f}/s" if rate else "")
+            line = f"{phase:<14} {amount(done)}" + (f" {amount(rate)}/s" if rate else "")
+        if note:
+            line += f" ({note})"
         self._write("\r" + line)
         self._visible = True
 

@@ -1,7 +1,8 @@
 """One entry point for bringing a set's documents up to date, shared by tasks and commands."""
 
 from . import capabilities, tracking
-from .builders import changelist
+from .builders import changedump, changelist
+from .builders.resourcedump import build_resourcedump
 from .builders.resourcelist import build_resourcelist
 
 
@@ -9,20 +10,24 @@ def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None):
     """Bring every enabled capability of the set (or those in ``only``) up to date.
 
     The set's record is brought in line with the site first (pending changes, then a reconcile,
-    which records any change that bypassed the signals), then the Resource List is rendered and
-    published, and an open Change List whose period is over is closed (the open list itself is
-    served live and needs no build). Returns the Resource List builds.
+    which records any change that bypassed the signals); then the Resource List and Resource Dump
+    are built and published, an open Change List whose period is over is closed (the open list
+    itself is served live and needs no build), and the changes not yet in a Change Dump package
+    are packaged. Returns the builds (Resource List, Resource Dump).
     """
     wanted = [c for c, _label in capabilities.CAPABILITY_CHOICES if resource_set.has_capability(c) and (not only or c in only)]
     if not wanted:
         return []
     tracking.process_pending([resource_set.source], batch_size=batch_size)
+    tracking.reconcile(resource_set, progress=progress, batch_size=batch_size)
     builds = []
     if capabilities.RESOURCELIST in wanted:
-        builds.append(build_resourcelist(resource_set, progress=progress, batch_size=batch_size, pending=False))
-    else:
-        tracking.reconcile(resource_set, progress=progress, batch_size=batch_size)
+        builds.append(build_resourcelist(resource_set, refresh=False, progress=progress, batch_size=batch_size))
+    if capabilities.RESOURCEDUMP in wanted:
+        builds.append(build_resourcedump(resource_set, refresh=False, progress=progress, batch_size=batch_size))
     if capabilities.CHANGELIST in wanted:
         with tracking.locked(resource_set):
             changelist.close_due(resource_set)
+    if capabilities.CHANGEDUMP in wanted:
+        changedump.package_changes(resource_set, progress=progress)
     return builds

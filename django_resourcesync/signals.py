@@ -11,7 +11,7 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
 from . import storage, tracking
-from .models import ChangeList, Document
+from .models import ChangeDumpPackage, ChangeList, Document
 from .sources import registry
 
 
@@ -28,6 +28,12 @@ def delete_changelist_file(sender, instance, **kwargs):
     if instance.storage_name:
         name = instance.storage_name
         transaction.on_commit(lambda: storage.delete_quietly([name]), using=kwargs.get("using"))
+
+
+@receiver(post_delete, sender=ChangeDumpPackage, dispatch_uid="resourcesync_changedump_files")
+def delete_changedump_files(sender, instance, **kwargs):
+    names = [instance.storage_name, instance.manifest_storage_name]
+    transaction.on_commit(lambda: storage.delete_quietly(names), using=kwargs.get("using"))
 
 
 def object_changed(sender, instance, raw=False, using=None, **kwargs):

@@ -326,8 +326,9 @@ class ResourceSource:
         f = self._get("file", obj)
         return normalise_media_type(mimetypes.guess_type(f.name)[0]) if f else None
 
-    def representation(self, obj):
-        """Read and hash the resource's bytes; ``None`` when the source knows no bytes for it.
+    def bitstream(self, obj):
+        """``(chunks, content_type)``: an iterator over the resource's bytes and the media type
+        that came with them, or ``None`` when the source knows no bytes for ``obj``.
 
         Raises :class:`UnpublishableResource` when the bytes should exist but cannot be had (a
         missing file, a page that does not answer 200).
@@ -336,12 +337,16 @@ class ResourceSource:
         if f:
             try:
                 f.open("rb")
-                try:
-                    return Representation.of_chunks(f.chunks(READ_CHUNK), self._declared_media_type(obj))
-                finally:
-                    f.close()
             except (OSError, ValueError) as exc:
                 raise UnpublishableResource(f"cannot read {getattr(f, 'name', f)}: {exc}") from exc
+
+            def read():
+                try:
+                    yield from f.chunks(READ_CHUNK)
+                finally:
+                    f.close()
+
+            return read(), None
         content = self._get("content", obj)
         if content is None:
             return None
@@ -350,7 +355,19 @@ class ResourceSource:
             content, content_type = content
         if isinstance(content, str):
             content = content.encode("utf-8")
-        return Representation.of_chunks([content], self._declared_media_type(obj) or content_type)
+        return iter([content]), content_type
+
+    def representation(self, obj):
+        """Read and hash the resource's bytes; ``None`` when the source knows no bytes for it.
+        Raises :class:`UnpublishableResource` as :meth:`bitstream` does."""
+        found = self.bitstream(obj)
+        if found is None:
+            return None
+        chunks, content_type = found
+        try:
+            return Representation.of_chunks(chunks, self._declared_media_type(obj) or content_type)
+        except OSError as exc:
+            raise UnpublishableResource(f"cannot read the bytes of {obj!r}: {exc}") from exc
 
 
 class ViewSource(ResourceSource):

@@ -5,16 +5,18 @@ conditional GET is answered 304 from database metadata alone, without touching s
 """
 
 import hashlib
+import re
 
-from django.http import FileResponse, Http404, HttpResponse, HttpResponseRedirect
+from django.http import FileResponse, Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.utils.cache import get_conditional_response
 from django.utils.http import http_date, quote_etag
 from django.views.decorators.http import require_safe
 
 from . import storage
 from .builders import capabilitylist
+from .builders import changedump
 from .builders import changelist as changelists
-from .capabilities import CHANGELIST
+from .capabilities import CHANGEDUMP, CHANGELIST
 from .conf import app_settings
 from .models import Build, Document, ResourceSet
 
@@ -82,15 +84,66 @@ def document(request, slug, name):
     if doc is None:
         raise Http404("No such document")
 
-    return _conditional(request, doc.sha256, doc.written, lambda: _stream_from_storage(doc.storage_name, doc.size))
+    return _conditional(
+        request, doc.sha256, doc.written, lambda: _stream_from_storage(request, doc.storage_name, doc.size, doc.media_type, doc.sha256)
+    )
 
 
-def _stream_from_storage(storage_name, size):
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+def _byte_range(request, size, etag):
+    """``(start, end)`` of a satisfiable single Range request, ``False`` for an unsatisfiable one,
+    ``None`` to send the whole file (no Range, several ranges, or an If-Range that does not match)."""
+    header = request.headers.get("Range")
+    if not header or request.headers.get("If-Range", f'"{etag}"') != f'"{etag}"':
+        return None
+    match = _RANGE.match(header.strip())
+    if not match or match.groups() == ("", ""):
+        return None
+    first, last = match.groups()
+    if first == "":  # the last N bytes
+        start, end = max(size - int(last), 0), size - 1
+    else:
+        start, end = int(first), min(int(last), size - 1) if last else size - 1
+    if start >= size or start > end:
+        return False
+    return start, end
+
+
+def _stream_from_storage(request, storage_name, size, content_type=CONTENT_TYPE, etag=""):
+    """A stored file, streamed (with single-range support) or redirected to the storage URL."""
     if app_settings.SERVE_BY_REDIRECT:
         return HttpResponseRedirect(storage.get_storage().url(storage_name))
-    response = FileResponse(storage.get_storage().open(storage_name, "rb"), content_type=CONTENT_TYPE)
-    response["Content-Length"] = str(size)
+    byte_range = _byte_range(request, size, etag)
+    if byte_range is False:
+        response = HttpResponse(status=416)
+        response["Content-Range"] = f"bytes */{size}"
+        return response
+    handle = storage.get_storage().open(storage_name, "rb")
+    if byte_range is None:
+        response = FileResponse(handle, content_type=content_type)
+        response["Content-Length"] = str(size)
+    else:
+        start, end = byte_range
+        handle.seek(start)
+        response = StreamingHttpResponse(_read_span(handle, end - start + 1), status=206, content_type=content_type)
+        response["Content-Range"] = f"bytes {start}-{end}/{size}"
+        response["Content-Length"] = str(end - start + 1)
+    response["Accept-Ranges"] = "bytes"
     return response
+
+
+def _read_span(handle, remaining):
+    try:
+        while remaining > 0:
+            chunk = handle.read(min(remaining, 1024 * 1024))
+            if not chunk:
+                break
+            remaining -= len(chunk)
+            yield chunk
+    finally:
+        handle.close()
 
 
 @require_safe
@@ -101,10 +154,34 @@ def changelist(request, slug, name):
     if served is None:
         raise Http404("No Change List")
     if served.storage_name:
-        return _conditional(request, served.etag, served.last_modified, lambda: _stream_from_storage(served.storage_name, served.size))
+        return _conditional(
+            request, served.etag, served.last_modified, lambda: _stream_from_storage(request, served.storage_name, served.size, etag=served.etag)
+        )
     return _conditional(request, served.etag, served.last_modified, lambda: HttpResponse(served.body(), content_type=CONTENT_TYPE))
 
 
 @require_safe
 def changelist_part(request, slug, number):
     return changelist(request, slug, changelists.part_name(number))
+
+
+@require_safe
+def changedump_document(request, slug, name):
+    """The Change Dump (rendered from its package rows), a package, or a manifest copy."""
+    resource_set = _enabled_set(slug)
+    if not resource_set.has_capability(CHANGEDUMP):
+        raise Http404("No Change Dump")
+    if name == changedump.NAME:
+        rendered = changedump.render(resource_set)
+        if rendered is None:
+            raise Http404("No Change Dump package yet")
+        return _xml_response(request, *rendered)
+    found = changedump.find(resource_set, name)
+    if found is None:
+        raise Http404("No such package")
+    storage_name, size, sha256, media_type, written = found
+    return _conditional(request, sha256, written, lambda: _stream_from_storage(request, storage_name, size, media_type, sha256))
+
+
+def changedump_in_folder(request, slug, name):
+    return changedump_document(request, slug, f"changedump/{name}")

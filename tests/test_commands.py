@@ -62,3 +62,13 @@ def test_seed_repository_adds_items_deterministically(db, capsys):
     first = files[0]
     assert first.name == "item-1.txt" and first.file.open("rb").read() == (b"Full text of item 1.\n" * 5)[:100]
     assert [f.name for f in files if not f.name.isascii()] == ["données brutes 3.csv", "données brutes 6.csv"]
+
+
+def test_rebuild_only_dumps_shows_bytes_and_files(seed, bitstreams, capsys):
+    bitstreams.capabilities = ["resourcelist", "changelist", "resourcedump", "changedump"]
+    bitstreams.save()
+    seed(3, file_size=1000)
+    call_command("resourcesync_rebuild", "--only", "resourcedump,changedump", "--set", "bitstreams", verbosity=1)
+    captured = capsys.readouterr()
+    assert "resourcedump" in captured.err and "MB" in captured.err and "4 files" in captured.err
+    assert [b.capability for b in Build.objects.filter(status=Build.Status.PUBLISHED)] == ["resourcedump"]

@@ -11,6 +11,7 @@ before a switch-over can still fetch its parts.
 
 import logging
 import posixpath
+import shutil
 import tempfile
 import traceback
 
@@ -33,31 +34,49 @@ class BuildContext:
         self.build = Build.objects.create(resource_set=resource_set, capability=capability, at=at)
         self.documents = []
 
-    def write(self, name, writer, *, md, links=(), at=None, completed=None):
-        """Finish a :class:`~django_resourcesync.xml.writer.DocumentWriter` into storage as ``name``."""
+    def storage_name(self, name):
+        return storage.storage_name(self.resource_set.slug, self.build.pk, posixpath.basename(name))
+
+    def write(self, name, writer, *, md, links=(), at=None, completed=None, keep=None):
+        """Finish a :class:`~django_resourcesync.xml.writer.DocumentWriter` into storage as
+        ``name``. ``keep``, a binary file, also receives the document (a manifest that goes into
+        a package too)."""
         with tempfile.TemporaryFile() as tmp:
             writer.finish(tmp, md=md, links=links)
-            stored = storage.save(storage.storage_name(self.resource_set.slug, self.build.pk, posixpath.basename(name)), tmp)
+            if keep is not None:
+                tmp.seek(0)
+                shutil.copyfileobj(tmp, keep)
+            stored = storage.save(self.storage_name(name), tmp)
+        return self.record(name, stored, entries=writer.count, size=writer.size, sha256=writer.sha256,
+                           is_index=writer.root == "sitemapindex", at=at, completed=completed)
+
+    def record(self, name, stored, *, entries, size, sha256, media_type="application/xml", is_index=False, at=None, completed=None):
+        """Note a file written into storage as part of this build."""
         document = Document(
             build=self.build,
             resource_set=self.resource_set,
             name=name,
             storage_name=stored,
-            is_index=writer.root == "sitemapindex",
-            entries=writer.count,
-            size=writer.size,
-            sha256=writer.sha256,
+            media_type=media_type,
+            is_index=is_index,
+            entries=entries,
+            size=size,
+            sha256=sha256,
             at=at,
             completed=completed,
         )
         self.documents.append(document)
         return document
 
+    def discard_record(self):
+        """Forget the build row, keeping the files (for packages that are not replaceable builds)."""
+        self.build.delete()
+
     def discard(self):
         storage.delete_quietly([document.storage_name for document in self.documents])
         self.documents = []
 
-    def publish(self, *, entries, completed):
+    def publish(self, *, entries, completed, report=None):
         """Switch readers over to this build, in one transaction; prune old builds after it."""
         build = self.build
         with transaction.atomic():
@@ -70,6 +89,7 @@ class BuildContext:
             build.entries = entries
             build.documents = len(self.documents)
             build.completed = completed
+            build.report = report or {}
             build.finished = timezone.now()
             build.save()
             stale = Build.objects.filter(

@@ -14,7 +14,12 @@ from ..models import Build, ResourceSet
 from ..xml.writer import DocumentWriter, url_element
 
 # Which document each capability of a Capability List points at.
-DOCUMENT_NAMES = {capabilities.RESOURCELIST: "resourcelist.xml", capabilities.CHANGELIST: "changelist.xml"}
+DOCUMENT_NAMES = {
+    capabilities.RESOURCELIST: "resourcelist.xml",
+    capabilities.CHANGELIST: "changelist.xml",
+    capabilities.RESOURCEDUMP: "resourcedump.xml",
+    capabilities.CHANGEDUMP: "changedump.xml",
+}
 
 
 def published_capabilities(resource_set):
@@ -27,6 +32,9 @@ def published_capabilities(resource_set):
     log = resource_set.changelists.order_by("-number").first()
     if log is not None:
         changed[capabilities.CHANGELIST] = log.last_datetime or log.from_time
+    package = resource_set.changedump_packages.order_by("-number").first()
+    if package is not None:
+        changed[capabilities.CHANGEDUMP] = package.written
     order = [name for name, _label in capabilities.CAPABILITY_CHOICES]
     return [(name, changed[name]) for name in order if resource_set.has_capability(name) and name in changed]
 

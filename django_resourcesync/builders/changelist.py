@@ -129,8 +129,11 @@ def close_due(resource_set, now=None):
     retention = app_settings.CHANGELIST_RETENTION
     if retention:
         cutoff = now - datetime.timedelta(seconds=retention)
-        # Deleting a list deletes its events, and its file once the deletion commits.
+        # Deleting a list deletes its events, and its file once the deletion commits; the same
+        # goes for Change Dump packages.
         for old in ChangeList.objects.filter(resource_set=resource_set, until__lt=cutoff):
+            old.delete()
+        for old in resource_set.changedump_packages.filter(until__lt=cutoff):
             old.delete()
 
 

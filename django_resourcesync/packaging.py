@@ -1,0 +1,162 @@
+"""ZIP packages for Resource Dumps and Change Dumps, streamed straight into storage.
+
+A package is written member by member through :class:`PackageWriter`: each bitstream is read in
+chunks from the resource's file (or rendered bytes), hashed on the way, and written into the ZIP,
+and the ZIP is written into the storage backend as it grows: a file opened for writing on the
+filesystem, a multipart upload on S3. Nothing holds a package in memory, and nothing spools it on
+local disk for a remote backend. The ZIP is written without seeking (sizes and CRCs follow each
+member in a data descriptor) and with ZIP64 records where sizes need them, so zero-byte and
+multi-gigabyte files both work.
+
+Member names are made from the resource's URI by :func:`member_name`, which never yields an
+absolute path, a ``..`` segment, a backslash, a control character or a duplicate.
+"""
+
+import datetime
+import hashlib
+import os
+import re
+import zipfile
+from urllib.parse import urlsplit
+
+from django.core.files.storage import FileSystemStorage
+
+from . import storage
+
+CHUNK = 1024 * 1024
+ZIP_MEDIA_TYPE = "application/zip"
+MANIFEST = "manifest.xml"
+# Characters kept in member names; everything else becomes "_" (the URI is percent-encoded
+# ASCII already, so this mostly catches "?", ":", "*", "|" and the like).
+_UNSAFE = re.compile(r"[^A-Za-z0-9._~%!$&'()+,;=@-]")
+_MAX_SEGMENT = 120
+
+
+def member_name(uri, taken):
+    """A safe, unique path inside a package for the bitstream of ``uri`` (without the leading
+    slash that the manifest's ``path`` attribute adds). ``taken`` is the set of names in use."""
+    parts = urlsplit(uri)
+    segments = [parts.netloc] + parts.path.split("/")
+    if parts.query:
+        segments[-1] = f"{segments[-1]}_{parts.query}"
+    cleaned = []
+    for segment in segments:
+        segment = _UNSAFE.sub("_", segment)[:_MAX_SEGMENT]
+        if segment in ("", ".", ".."):
+            continue
+        cleaned.append(segment)
+    name = "/".join(["resources", *cleaned]) if cleaned else "resources/resource"
+    base, dot, extension = name.rpartition(".") if "." in name.rsplit("/", 1)[-1] else (name, "", "")
+    candidate, number = name, 1
+    while candidate in taken or candidate.lower() == MANIFEST:
+        number += 1
+        candidate = f"{base}~{number}{dot}{extension}"
+    taken.add(candidate)
+    return candidate
+
+
+ZIP64_FROM = 1024**3
+
+
+def zip_datetime(moment):
+    """A ZIP member's timestamp (UTC; ZIP cannot say earlier than 1980)."""
+    if moment is None:
+        return (1980, 1, 1, 0, 0, 0)
+    moment = moment.astimezone(datetime.timezone.utc)
+    return max((moment.year, moment.month, moment.day, moment.hour, moment.minute, moment.second), (1980, 1, 1, 0, 0, 0))
+
+
+class _HashingSink:
+    """A write-only stream that counts and hashes what passes through to ``raw``. It can tell
+    but not seek, so :mod:`zipfile` writes data descriptors instead of seeking back."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.md5 = hashlib.md5()
+        self.sha256 = hashlib.sha256()
+        self.length = 0
+
+    def write(self, data):
+        self.raw.write(data)
+        self.md5.update(data)
+        self.sha256.update(data)
+        self.length += len(data)
+        return len(data)
+
+    def tell(self):
+        return self.length
+
+    def flush(self):
+        flush = getattr(self.raw, "flush", None)
+        if flush:
+            flush()
+
+
+def open_for_writing(name):
+    """A binary file in storage, open for writing. On the filesystem this is the file itself
+    (under a name no reader knows until the build is published); elsewhere the backend's own
+    writable file (django-storages' S3 file uploads in parts as it is written)."""
+    backend = storage.get_storage()
+    if isinstance(backend, FileSystemStorage):
+        path = backend.path(name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return open(path, "wb")
+    return backend.open(name, "wb")
+
+
+class PackageWriter:
+    """Write one ZIP package into storage as ``name``."""
+
+    def __init__(self, name):
+        self.name = name
+        self._raw = open_for_writing(name)
+        self._sink = _HashingSink(self._raw)
+        self._zip = zipfile.ZipFile(self._sink, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True)
+        self.members = 0
+        self.bitstream_bytes = 0
+
+    @property
+    def size(self):
+        return self._sink.length
+
+    def add(self, member, chunks, *, size_hint=None, modified=None):
+        """Stream one bitstream in; returns ``(md5, sha256, length)`` of what was written.
+
+        ``size_hint`` is the expected length: members that may reach the 4 GiB limit of plain
+        ZIP (or whose size is unknown) get ZIP64 records; small ones stay plain ZIP.
+        """
+        info = zipfile.ZipInfo(member, date_time=zip_datetime(modified))
+        info.compress_type = zipfile.ZIP_STORED
+        info.external_attr = 0o644 << 16
+        md5, sha256, length = hashlib.md5(), hashlib.sha256(), 0
+        large = size_hint is None or size_hint >= ZIP64_FROM
+        with self._zip.open(info, mode="w", force_zip64=large) as out:
+            for chunk in chunks:
+                md5.update(chunk)
+                sha256.update(chunk)
+                length += len(chunk)
+                out.write(chunk)
+        self.members += 1
+        self.bitstream_bytes += length
+        return md5.hexdigest(), sha256.hexdigest(), length
+
+    def close(self, manifest):
+        """Add ``manifest.xml`` (an open binary file) at the top level and finish the package;
+        returns ``(md5, sha256, length)`` of the whole package."""
+        info = zipfile.ZipInfo(MANIFEST, date_time=zip_datetime(None))
+        info.external_attr = 0o644 << 16
+        manifest.seek(0)
+        with self._zip.open(info, mode="w", force_zip64=True) as out:
+            for chunk in iter(lambda: manifest.read(CHUNK), b""):
+                out.write(chunk)
+        self._zip.close()
+        self._raw.close()
+        return self._sink.md5.hexdigest(), self._sink.sha256.hexdigest(), self._sink.length
+
+    def abort(self):
+        try:
+            self._zip.close()
+        except Exception:  # the package is being thrown away anyway
+            pass
+        self._raw.close()
+        storage.delete_quietly([self.name])
