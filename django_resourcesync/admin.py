@@ -81,6 +81,12 @@ class ResourceSetAdmin(admin.ModelAdmin):
         if log is not None and obj.has_capability("changelist"):
             events = obj.changes.count()
             rows.append((uris.document_uri(obj, DOCUMENT_NAMES["changelist"]), "changelist", f"{events} change(s) in {log.number} list(s)"))
+        packages = obj.changedump_packages.order_by("-number")
+        if packages and obj.has_capability("changedump"):
+            latest = packages[0]
+            rows.append(
+                (uris.document_uri(obj, DOCUMENT_NAMES["changedump"]), "changedump", f"{len(packages)} package(s), the latest until {latest.until:%Y-%m-%d %H:%M:%S}Z")
+            )
         for capability, name in DOCUMENT_NAMES.items():
             build = current_build(obj, capability)
             if build:

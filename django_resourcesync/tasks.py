@@ -9,7 +9,7 @@ import logging
 from celery import shared_task
 
 from . import tracking
-from .builders import changelist
+from .builders import changedump, changelist
 from .models import ResourceSet
 from .rebuild import rebuild_set
 
@@ -77,3 +77,17 @@ def close_changelists_task():
     for resource_set in ResourceSet.objects.filter(changelists__isnull=False).distinct():
         with tracking.locked(resource_set):
             changelist.close_due(resource_set)
+
+
+@shared_task(name="resourcesync.package_changes")
+def package_changes_task(set_id=None):
+    """Cut a Change Dump package of the changes not yet packaged, for one set or every enabled
+    set that offers Change Dumps (beat: daily, say). Returns the package numbers made."""
+    sets = ResourceSet.objects.filter(enabled=True) if set_id is None else ResourceSet.objects.filter(pk=set_id)
+    made = {}
+    for resource_set in sets:
+        if resource_set.has_capability("changedump"):
+            tracking.process_pending([resource_set.source])
+            package = changedump.package_changes(resource_set)
+            made[resource_set.slug] = package.number if package else None
+    return made

@@ -3,6 +3,9 @@
 import hashlib
 import io
 import os
+import shutil
+import subprocess
+import tempfile
 import zipfile
 
 import pytest
@@ -30,6 +33,16 @@ def dumping(bitstreams, metadata, django_capture_on_commit_callbacks):
     return bitstreams
 
 
+def info_zip_test(package):
+    """Info-ZIP's ``unzip -t`` must accept the package too, where it is installed."""
+    if shutil.which("unzip"):
+        with tempfile.NamedTemporaryFile(suffix=".zip") as handle:
+            handle.write(package)
+            handle.flush()
+            done = subprocess.run(["unzip", "-tqq", handle.name], capture_output=True, text=True)
+            assert done.returncode == 0, done.stdout + done.stderr
+
+
 def loc(entry):
     return entry.find(f"{{{SM}}}loc").text
 
@@ -52,6 +65,7 @@ def unpack(resource_set, capability):
         status, manifest_copy, _ = fetch(path_of(contents["href"]))
         archive = zipfile.ZipFile(io.BytesIO(package))
         assert archive.testzip() is None
+        info_zip_test(package)
         names = archive.namelist()
         assert "manifest.xml" in names
         assert archive.read("manifest.xml") == manifest_copy, "the published manifest is the packaged one"
@@ -274,6 +288,9 @@ def test_a_file_past_4_gib_is_packed_with_zip64(dumping, tmp_path):
     (document,) = Document.objects.filter(media_type="application/zip", build__status="published")
     from django_resourcesync.storage import get_storage
 
+    if shutil.which("unzip"):
+        done = subprocess.run(["unzip", "-tqq", get_storage().path(document.storage_name)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
     with get_storage().open(document.storage_name, "rb") as handle:
         archive = zipfile.ZipFile(handle)
         (member,) = [info for info in archive.infolist() if info.filename != "manifest.xml"]
