@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from django.db import connections, router, transaction
 from django.utils import timezone
 
+from .builders import changelist
 from .conf import app_settings
 from .models import ChangeEvent, PendingChange, Resource, ResourceSet
 from .sources import Representation, UnpublishableResource, registry
@@ -90,8 +91,6 @@ class SetWriter:
     """Applies changes to one set inside a transaction that holds the set's row lock."""
 
     def __init__(self, resource_set, *, record_events):
-        from .builders import changelist
-
         self.resource_set = resource_set
         self.source = resource_set.get_source()
         self.record_events = record_events
@@ -231,8 +230,6 @@ def reconcile(resource_set, *, batch_size=None, progress=None):
     The first reconcile of a set records its resources silently and opens its first Change List:
     Destinations start from a Resource List, not from a flood of ``created`` events.
     """
-    from .builders import changelist
-
     batch_size = batch_size or app_settings.BATCH_SIZE
     source = resource_set.get_source()
     queryset = source.queryset(resource_set.lookups)
