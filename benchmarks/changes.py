@@ -83,7 +83,12 @@ TARGET_SERVE_S = 0.5
 def setup_django(cfg):
     os.environ["EXAMPLE_VAR_DIR"] = cfg["var_dir"]
     os.environ["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
-    for name, value in (("DATABASE_URL", cfg["database_url"]), ("CELERY_BROKER_URL", cfg["broker_url"])):
+    settings_from_env = (
+        ("DATABASE_URL", cfg["database_url"]),
+        ("CELERY_BROKER_URL", cfg["broker_url"]),
+        ("PGOPTIONS", cfg.get("pgoptions")),  # libpq: options for every PostgreSQL session
+    )
+    for name, value in settings_from_env:
         if value:
             os.environ[name] = value
         else:
@@ -158,10 +163,16 @@ def child_seed(cfg, n, file_size):
                     row.file.save(name, ContentFile(data), save=False)
                     rows.append(row)
             ItemFile.objects.bulk_create(rows)
+    jit = None
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW jit")
+            jit = cursor.fetchone()[0]
     return {
         "seconds": time.perf_counter() - started,
         "items": Item.objects.count(),
         "files": ItemFile.objects.count(),
+        "jit": jit,
         "vendor": connection.vendor,
         "db_version": ".".join(map(str, connection.get_database_version())),
         "django": __import__("django").get_version(),
@@ -563,6 +574,7 @@ def recreate_database(database_url, create=True):
         connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         if create:
             connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return connection.execute("SHOW jit").fetchone()[0]
 
 
 def purge_broker(broker_url):
@@ -627,10 +639,14 @@ def run(options):
     result_dir = Path(var_dir) / "results"
     result_dir.mkdir()
     database_url = options.database_url
-    broker = {"var_dir": var_dir, "database_url": database_url, "broker_url": options.broker_url}
+    pgoptions = "-c jit=off" if database_url and options.pg_jit == "off" else None
+    broker = {"var_dir": var_dir, "database_url": database_url, "broker_url": options.broker_url, "pgoptions": pgoptions}
     eager = dict(broker, broker_url=None)
     if database_url:
-        recreate_database(database_url)
+        jit = recreate_database(database_url)
+        if jit == "on" and options.pg_jit == "server":
+            progress("PostgreSQL has jit=on: the UPDATE ... CASE WHEN statements of Django's bulk_update (process_pending, "
+                     "reconcile) can take minutes per 5,000-row batch under JIT; --pg-jit off measures without it")
     purge_broker(options.broker_url)
     try:
         progress(f"data in {var_dir}")
@@ -655,6 +671,8 @@ def run(options):
 
         # ---- report ----
         database = f"{seed['vendor']} {seed['db_version']}"
+        if seed["jit"] is not None:
+            database += f" (jit={seed['jit']}{', set by --pg-jit off' if pgoptions else ', the server setting'})"
         print(
             f"Change tracking benchmark, example project  (Python {platform.python_version()}, Django {seed['django']}, "
             f"{database}, {os.cpu_count()} CPUs)"
@@ -773,6 +791,12 @@ def main():
     parser.add_argument("--block", type=int, default=250, help="saves per alternating block (default 250)")
     parser.add_argument("--reps", type=int, default=5, help="GETs per document in step 4 (default 5)")
     parser.add_argument("--database-url", help="postgres://... (dropped and created); default SQLite in the temporary directory")
+    parser.add_argument(
+        "--pg-jit",
+        choices=("server", "off"),
+        default="server",
+        help="PostgreSQL JIT for the children: the server's setting (default), or off (PGOPTIONS=-c jit=off)",
+    )
     parser.add_argument("--broker-url", default=DEFAULT_BROKER, help=f"Redis broker, purged before and after (default {DEFAULT_BROKER})")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (and the PostgreSQL database)")
     parser.add_argument("--profile", action="store_true", help="also cProfile a bulk update and a reconcile")

@@ -77,10 +77,10 @@ class ResourceSetAdmin(admin.ModelAdmin):
         if obj.pk is None:
             return "—"
         rows = [(uris.capability_list_uri(obj), "Capability List", "")]
-        log = obj.changelists.order_by("-number").first()
-        if log is not None and obj.has_capability("changelist"):
+        lists = obj.changelists.count()
+        if lists and obj.has_capability("changelist"):
             events = obj.changes.count()
-            rows.append((uris.document_uri(obj, DOCUMENT_NAMES["changelist"]), "changelist", f"{events} change(s) in {log.number} list(s)"))
+            rows.append((uris.document_uri(obj, DOCUMENT_NAMES["changelist"]), "changelist", f"{events} change(s) in {lists} list(s)"))
         packages = obj.changedump_packages.order_by("-number")
         if packages and obj.has_capability("changedump"):
             latest = packages[0]
@@ -117,10 +117,15 @@ class ResourceSetAdmin(admin.ModelAdmin):
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
+    """The app's own records: they are what is published, so the admin only shows them."""
+
     def has_add_permission(self, request):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False
 
 

@@ -1,6 +1,9 @@
 """One entry point for bringing a set's documents up to date, shared by tasks and commands."""
 
+from django.utils import timezone
+
 from . import capabilities, tracking
+from .builders import BuildContext
 from .builders import changedump, changelist
 from .builders.resourcedump import build_resourcedump
 from .builders.resourcelist import build_resourcelist
@@ -18,8 +21,15 @@ def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None):
     wanted = [c for c, _label in capabilities.CAPABILITY_CHOICES if resource_set.has_capability(c) and (not only or c in only)]
     if not wanted:
         return []
-    tracking.process_pending([resource_set.source], batch_size=batch_size)
-    tracking.reconcile(resource_set, progress=progress, batch_size=batch_size)
+    try:
+        tracking.process_pending([resource_set.source], batch_size=batch_size)
+        tracking.reconcile(resource_set, progress=progress, batch_size=batch_size)
+    except Exception as exc:
+        # Recorded on the builds it stopped, so the admin shows why nothing was published.
+        for capability in (capabilities.RESOURCELIST, capabilities.RESOURCEDUMP):
+            if capability in wanted:
+                BuildContext(resource_set, capability, at=timezone.now()).fail(exc)
+        raise
     builds = []
     if capabilities.RESOURCELIST in wanted:
         builds.append(build_resourcelist(resource_set, refresh=False, progress=progress, batch_size=batch_size))

@@ -288,7 +288,7 @@ class ResourceSource:
         if model._meta.concrete_model is self.item_model._meta.concrete_model:
             return [obj.pk for obj in objects] if objects is not None else list(pks)
         if objects is None:
-            objects = model._default_manager.filter(pk__in=list(pks))
+            objects = model._default_manager.filter(pk__in=list(pks)).iterator()
         return [key for obj in objects for key in self.affected(obj)]
 
     def _get(self, name, obj, default=None):

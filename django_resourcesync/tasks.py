@@ -58,16 +58,24 @@ def process_changes_task(sources=None):
 @shared_task(name="resourcesync.reconcile_set")
 def reconcile_set_task(set_id):
     """Compare one set with the site's data and write the missing change events."""
-    resource_set = ResourceSet.objects.get(pk=set_id)
+    resource_set = ResourceSet.objects.filter(pk=set_id).first()
+    if resource_set is None:
+        logger.warning("Resource set %s does not exist; nothing reconciled", set_id)
+        return None
     tracking.process_pending([resource_set.source])
     return str(tracking.reconcile(resource_set))
 
 
 @shared_task(name="resourcesync.reconcile_all")
 def reconcile_all_task():
+    """Reconcile every enabled set; a set that fails is logged and reported, the others go on."""
     summary = {}
     for resource_set in ResourceSet.objects.filter(enabled=True):
-        summary[resource_set.slug] = reconcile_set_task(resource_set.pk)
+        try:
+            summary[resource_set.slug] = reconcile_set_task(resource_set.pk)
+        except Exception as exc:
+            logger.exception("Reconciling resource set %s failed", resource_set.slug)
+            summary[resource_set.slug] = f"failed: {exc}"
     return summary
 
 

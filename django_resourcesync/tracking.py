@@ -341,10 +341,15 @@ def changed(objects=None, *, model=None, pks=None):
     after the commit, like that of signals.
     """
     if objects is not None:
-        objects = list(objects)
-        if not objects:
-            return 0
-        model = type(objects[0])
+        if hasattr(objects, "values_list"):  # a queryset: its keys suffice for the model itself
+            model = objects.model
+            pks = list(objects.values_list("pk", flat=True))
+            objects = None
+        else:
+            objects = list(objects)
+            if not objects:
+                return 0
+            model = type(objects[0])
     elif model is None or pks is None:
         raise TypeError("changed() takes objects, or model= and pks=")
     count = 0
@@ -377,9 +382,15 @@ def process_pending(source_names=None, *, batch_size=None):
                     break
                 keys = list(dict.fromkeys(change.object_pk for change in pending))
                 for resource_set in sets:
-                    present = {str(obj.pk): obj for obj in source.queryset(resource_set.lookups).filter(pk__in=keys)}
-                    writer = SetWriter(resource_set, record_events=is_tracked(resource_set))
-                    writer.apply({key: present.get(key) for key in keys})
+                    try:
+                        with transaction.atomic():  # a savepoint: a broken set spoils only its own part
+                            present = {str(obj.pk): obj for obj in source.queryset(resource_set.lookups).filter(pk__in=keys)}
+                            writer = SetWriter(resource_set, record_events=is_tracked(resource_set))
+                            writer.apply({key: present.get(key) for key in keys})
+                    except Exception:
+                        # Its reconcile catches up once the set is fixed; the other sets go on.
+                        logger.exception("Set %s: pending changes could not be applied", resource_set.slug)
+                        continue
                     for field in ("created", "updated", "deleted", "unchanged", "skipped"):
                         setattr(counts, field, getattr(counts, field) + getattr(writer.counts, field))
                 PendingChange.objects.filter(pk__in=[change.pk for change in pending]).delete()

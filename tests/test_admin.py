@@ -53,3 +53,11 @@ def test_add_set_through_the_admin(admin_client, seed):
         {"name": "Bad", "slug": "bad", "source": "nosuchsource", "lookups": "{}", "position": 0},
     )
     assert response.status_code == 200 and b"Select a valid choice" in response.content
+
+
+def test_the_published_record_cannot_be_edited_or_deleted(admin_client, seed, metadata):
+    seed(1)
+    result = build(metadata)
+    assert admin_client.get(f"/admin/resourcesync/build/{result.pk}/delete/").status_code == 403
+    resource = metadata.resources.get()
+    assert admin_client.get(f"/admin/resourcesync/resource/{resource.pk}/delete/").status_code == 403

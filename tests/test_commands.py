@@ -72,3 +72,15 @@ def test_rebuild_only_dumps_shows_bytes_and_files(seed, bitstreams, capsys):
     captured = capsys.readouterr()
     assert "resourcedump" in captured.err and "MB" in captured.err and "4 files" in captured.err
     assert [b.capability for b in Build.objects.filter(status=Build.Status.PUBLISHED)] == ["resourcedump"]
+
+
+def test_a_set_whose_filter_breaks_is_recorded_as_failed(seed, bitstreams, capsys):
+    seed(1)
+    broken = ResourceSet.objects.create(name="Broken", slug="broken", source="metadata", lookups={"nosuchfield": 1})
+    with pytest.raises(CommandError, match="broken"):
+        call_command("resourcesync_rebuild", verbosity=0)
+    failed = Build.objects.get(resource_set=broken)
+    assert failed.status == Build.Status.FAILED and "nosuchfield" in failed.error
+    with pytest.raises(CommandError, match="failed to reconcile: broken"):
+        call_command("resourcesync_reconcile", verbosity=0)
+    assert "bitstreams:" in capsys.readouterr().out, "the other sets are reconciled"

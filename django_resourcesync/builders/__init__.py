@@ -34,6 +34,16 @@ class BuildContext:
         self.build = Build.objects.create(resource_set=resource_set, capability=capability, at=at)
         self.documents = []
 
+    def take_snapshot_time(self):
+        """Set the build's ``at`` to now, taken under the set's lock: a change being written
+        waits until it has committed, and every change written later has a later datetime. So
+        the documents plus the changes after ``at`` are the current state."""
+        from ..tracking import locked
+
+        with locked(self.resource_set):
+            self.build.at = timezone.now()
+        self.build.save(update_fields=["at"])
+
     def storage_name(self, name):
         return storage.storage_name(self.resource_set.slug, self.build.pk, posixpath.basename(name))
 

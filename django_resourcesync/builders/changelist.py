@@ -26,7 +26,8 @@ from ..models import ChangeEvent, ChangeList
 from ..xml.writer import DocumentWriter, change_entry, url_element, w3c_datetime
 
 NAME = "changelist.xml"
-EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+# Periods are counted from a Monday midnight (UTC), so weeks start on Mondays, days at midnight.
+EPOCH = datetime.datetime(1970, 1, 5, tzinfo=datetime.timezone.utc)
 PERIODS = {"hourly": 3600, "daily": 86400, "weekly": 7 * 86400}
 
 

@@ -154,8 +154,7 @@ def build_resourcedump(resource_set, *, refresh=True, pending=True, progress=Non
             tracking.process_pending([resource_set.source], batch_size=batch_size)
         if refresh:
             tracking.reconcile(resource_set, progress=progress, batch_size=batch_size)
-        context.build.at = timezone.now()
-        context.build.save(update_fields=["at"])
+        context.take_snapshot_time()
         rows = Resource.objects.filter(resource_set=resource_set).order_by("uri")
         total_bytes = sum(length or 0 for length in rows.values_list("length", flat=True))
         count = 0

@@ -40,10 +40,7 @@ def build_resourcelist(resource_set, *, refresh=True, pending=True, progress=Non
             process_pending([resource_set.source], batch_size=batch_size)
         if refresh:
             reconcile(resource_set, progress=progress, batch_size=batch_size)
-        # The snapshot starts now: every change the log records from here on has a later
-        # datetime, so this list plus the changes after `at` is the current state.
-        context.build.at = timezone.now()
-        context.build.save(update_fields=["at"])
+        context.take_snapshot_time()
         rows = Resource.objects.filter(resource_set=resource_set)
         total = rows.count()
         try:

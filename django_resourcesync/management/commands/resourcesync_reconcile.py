@@ -31,11 +31,21 @@ class Command(BaseCommand):
         pending = tracking.process_pending(sorted({s.source for s in queryset}), batch_size=batch_size)
         if verbosity >= 2:
             self.stdout.write(f"pending changes: {pending}")
+        failed = []
         for resource_set in queryset:
             try:
                 counts = tracking.reconcile(resource_set, batch_size=batch_size, progress=progress)
+            except Exception as exc:  # one broken set (an unregistered source, say) does not stop the others
+                failed.append(resource_set.slug)
+                self.stderr.write(f"{resource_set.slug}: reconcile failed: {exc}")
+                continue
             finally:
                 if progress:
                     progress.end()
             self.stdout.write(f"{resource_set.slug}: {counts}")
-        self.stdout.write(f"Reconciled {queryset.count()} set(s) in {time.monotonic() - started:.1f}s")
+        self.stdout.write(
+            f"Reconciled {queryset.count() - len(failed)} set(s) in {time.monotonic() - started:.1f}s"
+            + (f"; failed: {', '.join(failed)}" if failed else "")
+        )
+        if failed:
+            raise CommandError(f"{len(failed)} set(s) failed to reconcile: {', '.join(failed)}.")
