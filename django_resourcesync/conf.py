@@ -35,6 +35,9 @@ DEFAULTS = {
     # Builds of each capability kept in storage after they are replaced, so that a Destination
     # that fetched an index just before a switch-over can still fetch its parts.
     "KEEP_BUILDS": 1,
+    # Seconds a build lock lasts if its holder dies without releasing it (it is renewed while
+    # the build runs).
+    "BUILD_LOCK_TIMEOUT": 600,
     # Serve documents by redirecting to the storage URL instead of streaming them through Django.
     "SERVE_BY_REDIRECT": False,
     # When an open Change List closes: "hourly", "daily", "weekly" or a number of seconds

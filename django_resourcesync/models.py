@@ -262,3 +262,20 @@ class ChangeDumpPackage(models.Model):
 
     def __str__(self):
         return f"{self.resource_set.slug} change dump package {self.number}"
+
+
+class BuildLock(models.Model):
+    """At most one build of a set's capability at a time, across every process and machine.
+
+    A lock whose holder died expires at ``expires`` and may then be taken over.
+    """
+
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="+")
+    capability = models.CharField(max_length=32)
+    holder = models.CharField(max_length=64)
+    expires = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["resource_set", "capability"], name="resourcesync_one_build_lock")]
+        verbose_name = _("build lock")
+        verbose_name_plural = _("build locks")

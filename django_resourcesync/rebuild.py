@@ -1,9 +1,11 @@
 """One entry point for bringing a set's documents up to date, shared by tasks and commands."""
 
+import time
+
 from django.utils import timezone
 
 from . import capabilities, tracking
-from .builders import BuildContext
+from .builders import BuildContext, build_lock
 from .builders import changedump, changelist
 from .builders.resourcedump import build_resourcedump
 from .builders.resourcelist import build_resourcelist
@@ -31,13 +33,27 @@ def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None):
                 BuildContext(resource_set, capability, at=timezone.now()).fail(exc)
         raise
     builds = []
-    if capabilities.RESOURCELIST in wanted:
-        builds.append(build_resourcelist(resource_set, refresh=False, progress=progress, batch_size=batch_size))
-    if capabilities.RESOURCEDUMP in wanted:
-        builds.append(build_resourcedump(resource_set, refresh=False, progress=progress, batch_size=batch_size))
+    for capability, builder in ((capabilities.RESOURCELIST, build_resourcelist), (capabilities.RESOURCEDUMP, build_resourcedump)):
+        if capability in wanted:
+            with build_lock(resource_set, capability) as lock:
+                builds.append(builder(resource_set, refresh=False, progress=_renewing(lock, progress), batch_size=batch_size))
     if capabilities.CHANGELIST in wanted:
         with tracking.locked(resource_set):
             changelist.close_due(resource_set)
     if capabilities.CHANGEDUMP in wanted:
         changedump.package_changes(resource_set, progress=progress)
     return builds
+
+
+def _renewing(lock, progress):
+    """A progress callback that also keeps the build lock alive while the build runs."""
+    last = [time.monotonic()]
+
+    def report(*args, **kwargs):
+        if time.monotonic() - last[0] > 30:
+            lock.renew()
+            last[0] = time.monotonic()
+        if progress:
+            progress(*args, **kwargs)
+
+    return report

@@ -84,3 +84,26 @@ def test_a_set_whose_filter_breaks_is_recorded_as_failed(seed, bitstreams, capsy
     with pytest.raises(CommandError, match="failed to reconcile: broken"):
         call_command("resourcesync_reconcile", verbosity=0)
     assert "bitstreams:" in capsys.readouterr().out, "the other sets are reconciled"
+
+
+def test_one_build_of_a_set_at_a_time_and_dead_locks_expire(seed, metadata, capsys):
+    import datetime
+
+    from django.utils import timezone
+
+    from django_resourcesync.builders import BuildInProgress, build_lock
+    from django_resourcesync.models import BuildLock
+    from django_resourcesync.rebuild import rebuild_set
+
+    seed(1)
+    with build_lock(metadata, "resourcelist"):
+        with pytest.raises(BuildInProgress):
+            rebuild_set(metadata)
+        with pytest.raises(CommandError):
+            call_command("resourcesync_rebuild", "--set", "metadata", verbosity=0)
+        assert "already running" in capsys.readouterr().err
+    assert not BuildLock.objects.exists(), "released"
+    # A holder that died leaves a lock that expires, and is then taken over.
+    BuildLock.objects.create(resource_set=metadata, capability="resourcelist", holder="dead", expires=timezone.now() - datetime.timedelta(seconds=1))
+    (build,) = rebuild_set(metadata, only=["resourcelist"])
+    assert build.status == Build.Status.PUBLISHED and not BuildLock.objects.exists()

@@ -9,18 +9,20 @@ builds stay in storage for ``KEEP_BUILDS`` generations, so a Destination that fe
 before a switch-over can still fetch its parts.
 """
 
+import datetime
 import logging
 import posixpath
 import shutil
 import tempfile
 import traceback
+import uuid
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from .. import storage
 from ..conf import app_settings
-from ..models import Build, Document
+from ..models import Build, BuildLock, Document
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +118,48 @@ class BuildContext:
         self.build.finished = timezone.now()
         self.build.save(update_fields=["status", "error", "finished"])
         logger.error("Build %s failed: %s", self.build, exc)
+
+
+class BuildInProgress(RuntimeError):
+    """Another process holds the lock for this set and capability."""
+
+
+class build_lock:
+    """``with build_lock(resource_set, capability):`` one build of it at a time, everywhere.
+
+    Raises :class:`BuildInProgress` when another holder's lock has not expired. The lock lasts
+    ``BUILD_LOCK_TIMEOUT`` seconds; :meth:`renew` extends it during a long build.
+    """
+
+    def __init__(self, resource_set, capability):
+        self.resource_set, self.capability = resource_set, capability
+        self.holder = uuid.uuid4().hex
+
+    def _expiry(self):
+        return timezone.now() + datetime.timedelta(seconds=app_settings.BUILD_LOCK_TIMEOUT)
+
+    def __enter__(self):
+        locks = BuildLock.objects.filter(resource_set=self.resource_set, capability=self.capability)
+        # Take over an expired lock, or create one; a live lock of someone else's stands.
+        taken = locks.filter(expires__lt=timezone.now()).update(holder=self.holder, expires=self._expiry())
+        if not taken:
+            try:
+                with transaction.atomic():
+                    BuildLock.objects.create(
+                        resource_set=self.resource_set, capability=self.capability, holder=self.holder, expires=self._expiry()
+                    )
+            except IntegrityError:
+                raise BuildInProgress(f"a {self.capability} build of {self.resource_set.slug} is already running") from None
+        return self
+
+    def renew(self):
+        BuildLock.objects.filter(resource_set=self.resource_set, capability=self.capability, holder=self.holder).update(
+            expires=self._expiry()
+        )
+
+    def __exit__(self, *exc_info):
+        BuildLock.objects.filter(resource_set=self.resource_set, capability=self.capability, holder=self.holder).delete()
+        return False
 
 
 def current_build(resource_set, capability):
