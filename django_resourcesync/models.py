@@ -247,7 +247,6 @@ class ChangeDumpPackage(models.Model):
     entries = models.PositiveIntegerField(default=0)
     storage_name = models.CharField(max_length=1024)
     size = models.PositiveBigIntegerField(default=0)
-    md5 = models.CharField(max_length=32)
     sha256 = models.CharField(max_length=64)
     manifest_storage_name = models.CharField(max_length=1024)
     manifest_size = models.PositiveBigIntegerField(default=0)

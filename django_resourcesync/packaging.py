@@ -15,7 +15,9 @@ absolute path, a ``..`` segment, a backslash, a control character or a duplicate
 import datetime
 import hashlib
 import os
+import queue
 import re
+import threading
 import zipfile
 from urllib.parse import urlsplit
 
@@ -66,20 +68,64 @@ def zip_datetime(moment):
     return max((moment.year, moment.month, moment.day, moment.hour, moment.minute, moment.second), (1980, 1, 1, 0, 0, 0))
 
 
+class Digests:
+    """Digests of a byte stream, computed on a thread of their own.
+
+    hashlib lets go of the interpreter lock while it hashes a large buffer, so the digests are
+    computed beside the reading, the CRC and the writing, on another core. Small writes are
+    gathered into larger buffers first; at most a few megabytes wait in the queue.
+    """
+
+    GATHER = 256 * 1024
+
+    def __init__(self, algorithms):
+        self._hashes = {name: hashlib.new(name) for name in algorithms}
+        self._queue = queue.Queue(maxsize=8)
+        self._small = bytearray()
+        self._thread = threading.Thread(target=self._run, name="resourcesync-digests", daemon=True)
+        self._thread.start()
+        self._result = None
+
+    def _run(self):
+        hashes = list(self._hashes.values())
+        while (data := self._queue.get()) is not None:
+            for digest in hashes:
+                digest.update(data)
+
+    def update(self, data):
+        if len(data) < self.GATHER:
+            self._small += data
+            if len(self._small) < self.GATHER:
+                return
+            data, self._small = bytes(self._small), bytearray()
+        elif self._small:
+            self._queue.put(bytes(self._small))
+            self._small = bytearray()
+        self._queue.put(bytes(data))
+
+    def hexdigests(self):
+        """Finish; ``{algorithm: hex digest}``. Safe to call more than once."""
+        if self._result is None:
+            if self._small:
+                self._queue.put(bytes(self._small))
+            self._queue.put(None)
+            self._thread.join()
+            self._result = {name: digest.hexdigest() for name, digest in self._hashes.items()}
+        return self._result
+
+
 class _HashingSink:
-    """A write-only stream that counts and hashes what passes through to ``raw``. It can tell
-    but not seek, so :mod:`zipfile` writes data descriptors instead of seeking back."""
+    """A write-only stream that counts and hashes (sha-256) what passes through to ``raw``. It
+    can tell but not seek, so :mod:`zipfile` writes data descriptors instead of seeking back."""
 
     def __init__(self, raw):
         self.raw = raw
-        self.md5 = hashlib.md5()
-        self.sha256 = hashlib.sha256()
+        self.digests = Digests(["sha256"])
         self.length = 0
 
     def write(self, data):
         self.raw.write(data)
-        self.md5.update(data)
-        self.sha256.update(data)
+        self.digests.update(data)
         self.length += len(data)
         return len(data)
 
@@ -119,8 +165,9 @@ class PackageWriter:
     def size(self):
         return self._sink.length
 
-    def add(self, member, chunks, *, size_hint=None, modified=None):
-        """Stream one bitstream in; returns ``(md5, sha256, length)`` of what was written.
+    def add(self, member, chunks, *, size_hint=None, modified=None, algorithms=("md5", "sha256")):
+        """Stream one bitstream in; returns ``({algorithm: hex digest}, length)`` of what was
+        written, for the ``algorithms`` asked for.
 
         ``size_hint`` is the expected length: members that may reach the 4 GiB limit of plain
         ZIP (or whose size is unknown) get ZIP64 records; small ones stay plain ZIP.
@@ -128,21 +175,23 @@ class PackageWriter:
         info = zipfile.ZipInfo(member, date_time=zip_datetime(modified))
         info.compress_type = zipfile.ZIP_STORED
         info.external_attr = 0o644 << 16
-        md5, sha256, length = hashlib.md5(), hashlib.sha256(), 0
+        digests, length = Digests(algorithms), 0
         large = size_hint is None or size_hint >= ZIP64_FROM
-        with self._zip.open(info, mode="w", force_zip64=large) as out:
-            for chunk in chunks:
-                md5.update(chunk)
-                sha256.update(chunk)
-                length += len(chunk)
-                out.write(chunk)
+        try:
+            with self._zip.open(info, mode="w", force_zip64=large) as out:
+                for chunk in chunks:
+                    digests.update(chunk)
+                    length += len(chunk)
+                    out.write(chunk)
+        finally:
+            found = digests.hexdigests()
         self.members += 1
         self.bitstream_bytes += length
-        return md5.hexdigest(), sha256.hexdigest(), length
+        return found, length
 
     def close(self, manifest):
         """Add ``manifest.xml`` (an open binary file) at the top level and finish the package;
-        returns ``(md5, sha256, length)`` of the whole package."""
+        returns ``(sha256, length)`` of the whole package."""
         info = zipfile.ZipInfo(MANIFEST, date_time=zip_datetime(None))
         info.external_attr = 0o644 << 16
         manifest.seek(0)
@@ -151,7 +200,7 @@ class PackageWriter:
                 out.write(chunk)
         self._zip.close()
         self._raw.close()
-        return self._sink.md5.hexdigest(), self._sink.sha256.hexdigest(), self._sink.length
+        return self._sink.digests.hexdigests()["sha256"], self._sink.length
 
     def abort(self):
         try:
@@ -159,4 +208,5 @@ class PackageWriter:
         except Exception:  # the package is being thrown away anyway
             pass
         self._raw.close()
+        self._sink.digests.hexdigests()  # stops its thread
         storage.delete_quietly([self.name])

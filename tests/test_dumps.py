@@ -59,7 +59,7 @@ def unpack(resource_set, capability):
         status, package, response = fetch(path_of(loc(entry)))
         assert status == 200 and response["Content-Type"] == "application/zip"
         assert int(meta["length"]) == len(package) and meta["type"] == "application/zip"
-        assert meta["hash"] == f"md5:{hashlib.md5(package).hexdigest()} sha-256:{hashlib.sha256(package).hexdigest()}"
+        assert meta["hash"] == f"sha-256:{hashlib.sha256(package).hexdigest()}"
         (contents,) = [ln.attrib for ln in entry.findall(RS_LN)]
         assert contents["rel"] == "contents" and contents["type"] == "application/xml"
         status, manifest_copy, _ = fetch(path_of(contents["href"]))

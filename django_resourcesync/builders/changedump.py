@@ -87,7 +87,7 @@ def package_changes(resource_set, *, progress=None):
     return ChangeDumpPackage.objects.create(
         resource_set=resource_set, number=number, from_time=from_time, until=until,
         first_event=events[0].id, last_event=last, entries=package_doc.entries,
-        storage_name=package_doc.storage_name, size=package_doc.size, md5=package_md["md5"], sha256=package_doc.sha256,
+        storage_name=package_doc.storage_name, size=package_doc.size, sha256=package_doc.sha256,
         manifest_storage_name=manifest_doc.storage_name, manifest_size=manifest_doc.size, manifest_sha256=manifest_doc.sha256,
     )
 
@@ -111,7 +111,7 @@ def render(resource_set):
                 resource_set,
                 _Doc(package_name(package.number), package.size, package.sha256),
                 _Doc(manifest_name(package.number), package.manifest_size, package.manifest_sha256),
-                {"md5": package.md5, "from": w3c_datetime(package.from_time), "until": w3c_datetime(package.until)},
+                {"from": w3c_datetime(package.from_time), "until": w3c_datetime(package.until)},
             )
         )
     out = io.BytesIO()

@@ -91,15 +91,33 @@ class Packer:
             self._start()
         member = member_name(row.uri, self.taken)
         chunks, _content_type = found
+        # Bytes with a record are checked with sha-256 and length: when both match, the
+        # recorded md5 is theirs too, and only a file that changed is read again for its md5.
+        checking = bool(recorded.sha256 and recorded.md5)
         # A failure half-way through a member loses the package: the build fails, and the
         # dump published before stays.
-        md5, sha256, length = self.package.add(member, chunks, size_hint=row.length, modified=row.lastmod)
+        found, length = self.package.add(
+            member, chunks, size_hint=row.length, modified=row.lastmod, algorithms=("sha256",) if checking else ("md5", "sha256")
+        )
         self.bytes_done += length
-        if (md5, sha256, length) != (recorded.md5, recorded.sha256, recorded.length):
+        sha256 = found["sha256"]
+        md5 = found.get("md5") or (recorded.md5 if (sha256, length) == (recorded.sha256, recorded.length) else None)
+        if (sha256, length) != (recorded.sha256, recorded.length):
             logger.warning("%s changed since it was hashed; packed with its new hashes", row.uri)
             self.report["changed_since_hashed"] += 1
             self._recheck(obj)
+        if md5 is None:
+            md5 = self._md5_of(obj, sha256)
         return {"hash": hash_value(md5, sha256), "length": length, "type": row.media_type or None, "path": "/" + member}
+
+    def _md5_of(self, obj, sha256):
+        """The md5 of bytes that changed since they were hashed, read again; ``None`` (the
+        manifest then gives sha-256 alone) if they changed once more in between."""
+        try:
+            again = self.source.representation(obj)
+        except UnpublishableResource:
+            return None
+        return again.md5 if again is not None and again.sha256 == sha256 else None
 
     def _recheck(self, obj):
         """Have change tracking read ``obj`` again, whatever its fingerprint says."""
@@ -122,7 +140,7 @@ class Packer:
         with tempfile.TemporaryFile() as manifest:
             manifest_doc = self.context.write(self.manifest_of(number), self.manifest, md=manifest_md, links=links, keep=manifest)
             try:
-                md5, sha256, size = self.package.close(manifest)
+                sha256, size = self.package.close(manifest)
             except BaseException:
                 self.package.abort()
                 raise
@@ -130,7 +148,7 @@ class Packer:
             self.name_of(number), self.package.name, entries=self.package.members, size=size, sha256=sha256,
             media_type=ZIP_MEDIA_TYPE, at=self.started, completed=completed,
         )
-        self.packages.append((package_doc, manifest_doc, {"md5": md5, **manifest_md}))
+        self.packages.append((package_doc, manifest_doc, manifest_md))
         self.package = None
 
     def _snapshot(self, completed):
@@ -183,6 +201,7 @@ def _pack_batch(packer, source, resource_set, rows):
     if not rows:
         return 0
     objects = {str(obj.pk): obj for obj in source.queryset(resource_set.lookups).filter(pk__in=[row.object_pk for row in rows])}
+    source.prefetch(objects.values())
     packed = 0
     for row in rows:
         md = packer.pack(row, objects.get(row.object_pk))
@@ -194,7 +213,7 @@ def _pack_batch(packer, source, resource_set, rows):
 
 def dump_entry(resource_set, package_doc, manifest_doc, md):
     """The Resource (or Change) Dump's ``<url>`` for one package."""
-    meta = {"type": ZIP_MEDIA_TYPE, "length": package_doc.size, "hash": hash_value(md["md5"], package_doc.sha256)}
+    meta = {"type": ZIP_MEDIA_TYPE, "length": package_doc.size, "hash": hash_value("", package_doc.sha256)}
     for key in ("at", "completed", "from", "until"):
         if key in md:
             meta[key] = md[key]
