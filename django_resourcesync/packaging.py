@@ -8,8 +8,9 @@ local disk for a remote backend. The ZIP is written without seeking (sizes and C
 member in a data descriptor) and with ZIP64 records where sizes need them, so zero-byte and
 multi-gigabyte files both work.
 
-Member names are made from the resource's URI by :func:`member_name`, which never yields an
-absolute path, a ``..`` segment, a backslash, a control character or a duplicate.
+Member names are made from the resource's URI by :class:`MemberNames`, which never yields an
+absolute path, a ``..`` segment, a backslash, a control character, a duplicate, or a file where
+another member needs a folder.
 """
 
 import datetime
@@ -34,27 +35,53 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._~%!$&'()+,;=@-]")
 _MAX_SEGMENT = 120
 
 
-def member_name(uri, taken):
-    """A safe, unique path inside a package for the bitstream of ``uri`` (without the leading
-    slash that the manifest's ``path`` attribute adds). ``taken`` is the set of names in use."""
-    parts = urlsplit(uri)
-    segments = [parts.netloc] + parts.path.split("/")
-    if parts.query:
-        segments[-1] = f"{segments[-1]}_{parts.query}"
-    cleaned = []
-    for segment in segments:
-        segment = _UNSAFE.sub("_", segment)[:_MAX_SEGMENT]
-        if segment in ("", ".", ".."):
-            continue
-        cleaned.append(segment)
-    name = "/".join(["resources", *cleaned]) if cleaned else "resources/resource"
-    base, dot, extension = name.rpartition(".") if "." in name.rsplit("/", 1)[-1] else (name, "", "")
-    candidate, number = name, 1
-    while candidate in taken or candidate.lower() == MANIFEST:
-        number += 1
-        candidate = f"{base}~{number}{dot}{extension}"
-    taken.add(candidate)
-    return candidate
+class MemberNames:
+    """Safe, unique member names for the bitstreams of one package.
+
+    A name is built from the resource's URI (``resources/<host>/<path segments>``); a name that
+    is taken, or that would need a folder where a file already is (``/about`` and
+    ``/about/team``), gets a ``~N`` suffix on the clashing segment.
+    """
+
+    def __init__(self):
+        self.files, self.folders = set(), set()
+
+    def name(self, uri):
+        parts = urlsplit(uri)
+        segments = [parts.netloc] + parts.path.split("/")
+        if parts.query:
+            segments[-1] = f"{segments[-1]}_{parts.query}"
+        cleaned = [
+            segment
+            for segment in (_UNSAFE.sub("_", segment)[:_MAX_SEGMENT] for segment in segments)
+            if segment not in ("", ".", "..")
+        ]
+        if parts.path.endswith("/") or len(cleaned) < 2:
+            cleaned.append("index")  # "/about/" names a file inside the folder "about"
+        segments = ["resources", *cleaned]
+        for depth in range(2, len(segments)):  # each folder on the way must not be a file
+            folder = "/".join(segments[:depth])
+            if folder in self.files:
+                segments[depth - 1] = self._free(segments[:depth], self.files | self.folders)
+        name = "/".join(segments)
+        if name in self.files or name in self.folders or name.lower() == MANIFEST:
+            segments[-1] = self._free(segments, self.files | self.folders)
+            name = "/".join(segments)
+        self.files.add(name)
+        self.folders.update("/".join(segments[:depth]) for depth in range(1, len(segments)))
+        return name
+
+    @staticmethod
+    def _free(segments, used):
+        """A variant of the last of ``segments`` that makes a name not in ``used``."""
+        base = segments[-1]
+        stem, dot, extension = base.rpartition(".") if "." in base[1:] else (base, "", "")
+        number = 2
+        while True:
+            candidate = f"{stem}~{number}{dot}{extension}"
+            if "/".join([*segments[:-1], candidate]) not in used:
+                return candidate
+            number += 1
 
 
 ZIP64_FROM = 1024**3
@@ -194,8 +221,9 @@ class PackageWriter:
         returns ``(sha256, length)`` of the whole package."""
         info = zipfile.ZipInfo(MANIFEST, date_time=zip_datetime(None))
         info.external_attr = 0o644 << 16
+        large = manifest.seek(0, os.SEEK_END) >= ZIP64_FROM
         manifest.seek(0)
-        with self._zip.open(info, mode="w", force_zip64=True) as out:
+        with self._zip.open(info, mode="w", force_zip64=large) as out:
             for chunk in iter(lambda: manifest.read(CHUNK), b""):
                 out.write(chunk)
         self._zip.close()

@@ -41,7 +41,9 @@ def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None):
         with tracking.locked(resource_set):
             changelist.close_due(resource_set)
     if capabilities.CHANGEDUMP in wanted:
-        changedump.package_changes(resource_set, progress=progress)
+        with build_lock(resource_set, capabilities.CHANGEDUMP):
+            while changedump.package_changes(resource_set, progress=progress) is not None:
+                pass  # a backlog past MAX_ENTRIES_PER_DOCUMENT changes takes several packages
     return builds
 
 

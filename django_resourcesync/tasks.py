@@ -9,7 +9,7 @@ import logging
 from celery import shared_task
 
 from . import tracking
-from .builders import changedump, changelist
+from .builders import build_lock, changedump, changelist
 from .models import ResourceSet
 from .rebuild import rebuild_set
 
@@ -91,11 +91,15 @@ def close_changelists_task():
 def package_changes_task(set_id=None):
     """Cut a Change Dump package of the changes not yet packaged, for one set or every enabled
     set that offers Change Dumps (beat: daily, say). Returns the package numbers made."""
-    sets = ResourceSet.objects.filter(enabled=True) if set_id is None else ResourceSet.objects.filter(pk=set_id)
+    sets = ResourceSet.objects.filter(enabled=True)
+    if set_id is not None:
+        sets = sets.filter(pk=set_id)
     made = {}
     for resource_set in sets:
         if resource_set.has_capability("changedump"):
             tracking.process_pending([resource_set.source])
-            package = changedump.package_changes(resource_set)
-            made[resource_set.slug] = package.number if package else None
+            made[resource_set.slug] = []
+            with build_lock(resource_set, "changedump"):
+                while (package := changedump.package_changes(resource_set)) is not None:
+                    made[resource_set.slug].append(package.number)
     return made

@@ -106,7 +106,9 @@ def _byte_range(request, size, etag):
         start, end = max(size - int(last), 0), size - 1
     else:
         start, end = int(first), min(int(last), size - 1) if last else size - 1
-    if start >= size or start > end:
+    if first and last and int(last) < start:
+        return None  # a malformed range is ignored (RFC 9110): the whole file
+    if start >= size:
         return False
     return start, end
 
@@ -117,7 +119,7 @@ def _stream_from_storage(request, storage_name, size, content_type=CONTENT_TYPE,
         return HttpResponseRedirect(storage.get_storage().url(storage_name))
     byte_range = _byte_range(request, size, etag)
     if byte_range is False:
-        response = HttpResponse(status=416)
+        response = HttpResponse(status=416, content_type="text/plain")
         response["Content-Range"] = f"bytes */{size}"
         return response
     handle = storage.get_storage().open(storage_name, "rb")

@@ -270,6 +270,7 @@ def test_range_requests_on_packages(seed, dumping):
     assert status == 206 and tail == whole[-10:]
     assert fetch(package_path, Range=f"bytes={len(whole)}-")[0] == 416
     assert fetch(package_path, Range="bytes=0-9", **{"If-Range": '"stale"'})[0] == 200
+    assert fetch(package_path, Range="bytes=50-10")[0] == 200, "a malformed range is ignored"
 
 
 @pytest.mark.slow
@@ -302,3 +303,23 @@ def test_a_file_past_4_gib_is_packed_with_zip64(dumping, tmp_path):
         manifest = check_document(archive.read("manifest.xml"), "resourcedump-manifest")
     assert md(entries(manifest)[0])["hash"].endswith(digest.hexdigest())
     assert md(entries(manifest)[0])["length"] == str(size)
+
+
+def test_member_names_never_put_a_file_where_a_folder_must_go(tmp_path):
+    from django_resourcesync.packaging import MemberNames
+
+    names = MemberNames()
+    uris = ["http://h.example/about", "http://h.example/about/team", "http://h.example/about/", "http://h.example/",
+            "http://h.example", "http://h.example/about/team/x", "http://h.example/a/../../b", "http://h.example/about"]
+    made = [names.name(uri) for uri in uris]
+    assert len(set(made)) == len(made)
+    package = tmp_path / "p.zip"
+    with zipfile.ZipFile(package, "w") as archive:
+        for name in made:
+            archive.writestr(name, name)
+    zipfile.ZipFile(package).extractall(tmp_path / "out")  # a file/folder clash would fail here
+    for name in made:
+        assert (tmp_path / "out" / name).read_text() == name
+    if shutil.which("unzip"):
+        done = subprocess.run(["unzip", "-qq", str(package), "-d", str(tmp_path / "info-zip")], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr

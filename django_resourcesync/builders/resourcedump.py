@@ -20,7 +20,7 @@ from django.utils import timezone
 from .. import capabilities, tracking, uris
 from ..conf import app_settings
 from ..models import Resource
-from ..packaging import ZIP_MEDIA_TYPE, PackageWriter, member_name
+from ..packaging import ZIP_MEDIA_TYPE, MemberNames, PackageWriter
 from ..sources import UnpublishableResource
 from ..xml.writer import DocumentWriter, hash_value, url_element, w3c_datetime
 from . import BuildContext
@@ -58,7 +58,7 @@ class Packer:
         number = len(self.packages) + 1
         self.package = PackageWriter(self.context.storage_name(self.name_of(number)))
         self.manifest = DocumentWriter()
-        self.taken = set()
+        self.names = MemberNames()
         self.started = timezone.now()
 
     def fits(self, size_hint):
@@ -89,15 +89,16 @@ class Packer:
             self.finish()
         if self.package is None:
             self._start()
-        member = member_name(row.uri, self.taken)
+        member = self.names.name(row.uri)
         chunks, _content_type = found
+        size = self._current_size(obj, row.length)
         # Bytes with a record are checked with sha-256 and length: when both match, the
         # recorded md5 is theirs too, and only a file that changed is read again for its md5.
         checking = bool(recorded.sha256 and recorded.md5)
         # A failure half-way through a member loses the package: the build fails, and the
         # dump published before stays.
         found, length = self.package.add(
-            member, chunks, size_hint=row.length, modified=row.lastmod, algorithms=("sha256",) if checking else ("md5", "sha256")
+            member, chunks, size_hint=size, modified=row.lastmod, algorithms=("sha256",) if checking else ("md5", "sha256")
         )
         self.bytes_done += length
         sha256 = found["sha256"]
@@ -109,6 +110,14 @@ class Packer:
         if md5 is None:
             md5 = self._md5_of(obj, sha256)
         return {"hash": hash_value(md5, sha256), "length": length, "type": row.media_type or None, "path": "/" + member}
+
+    def _current_size(self, obj, recorded):
+        """The file's size now (it may have grown past what was recorded), else the record's."""
+        f = self.source._get("file", obj)
+        try:
+            return f.size if f else recorded
+        except (OSError, ValueError):
+            return recorded
 
     def _md5_of(self, obj, sha256):
         """The md5 of bytes that changed since they were hashed, read again; ``None`` (the
