@@ -40,12 +40,13 @@ def object_changed(sender, instance, raw=False, using=None, **kwargs):
     """A tracked object was saved or deleted: record the objects of each source it affects."""
     if not tracking.is_enabled() or getattr(instance, "_resourcesync_skip", False):
         return
+    keys_by_source = {}
     for source in registry.sources_tracking(sender):
         own = sender._meta.concrete_model is source.item_model._meta.concrete_model
         if raw and not own:
             continue  # fixture loading: related objects may not be there yet; reconcile covers it
-        keys = [instance.pk] if own else source.affected(instance)
-        tracking.record(source.name, keys, using=using)
+        keys_by_source[source.name] = [instance.pk] if own else source.affected(instance)
+    tracking.record_many(keys_by_source, using=using)
 
 
 def connect_tracked_models():

@@ -75,6 +75,9 @@ def absolute_uri(location):
 
 
 _STRAY_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+# Scheme, host and a path, query and fragment of unreserved and sub-delimiter characters and
+# well-formed escapes only: such a URI is what encode_uri would make of it.
+_PLAIN_URI = re.compile(r"^[a-z][a-z0-9+.-]*://[A-Za-z0-9.-]+(?::\d+)?(?:/(?:[A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*)?(?:\?(?:[A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?$")
 _PATH_SAFE = "/!$&'()*+,;=:@%"
 _QUERY_SAFE = _PATH_SAFE + "?"
 
@@ -90,6 +93,8 @@ def encode_uri(iri):
     and characters not allowed in each component are escaped, and existing ``%XX`` escapes are
     kept, so the result is plain ASCII that an XML document can always carry.
     """
+    if _PLAIN_URI.match(iri):
+        return iri  # already a plain URI: nothing to encode (the common case, and the fast one)
     parts = urlsplit(iri.strip())
     netloc = parts.netloc
     if netloc and not netloc.isascii():

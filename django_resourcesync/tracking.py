@@ -141,7 +141,8 @@ class SetWriter:
         creates, updates, events = self._without_uri_clashes(creates, updates, events)
         if deletes:
             Resource.objects.filter(pk__in=[row.pk for row in deletes]).delete()
-        Resource.objects.bulk_update(updates, [*ENTRY_FIELDS, "recorded"])
+        # In batches: one UPDATE of thousands of CASE branches is slow to build and to plan.
+        Resource.objects.bulk_update(updates, [*ENTRY_FIELDS, "recorded"], batch_size=500)
         Resource.objects.bulk_create(creates)
         for event, _links in events:
             setattr(self.counts, event.change, getattr(self.counts, event.change) + 1)
@@ -284,15 +285,22 @@ def paused():
 
 def record(source_name, keys, *, using=None):
     """Insert pending changes for ``keys`` of a source and have them processed after the commit."""
-    keys = list(dict.fromkeys(str(key) for key in keys if key is not None))
-    if not keys:
+    record_many({source_name: keys}, using=using)
+
+
+def record_many(keys_by_source, *, using=None):
+    """:func:`record` for several sources at once: one insert, one on-commit dispatch."""
+    now = timezone.now()
+    rows = [
+        PendingChange(source=name, object_pk=key, recorded=now)
+        for name, keys in keys_by_source.items()
+        for key in dict.fromkeys(str(key) for key in keys if key is not None)
+    ]
+    if not rows:
         return
     using = using or router.db_for_write(PendingChange)
-    now = timezone.now()
-    PendingChange.objects.using(using).bulk_create(
-        [PendingChange(source=source_name, object_pk=key, recorded=now) for key in keys], batch_size=5000
-    )
-    _dispatch_on_commit(source_name, using)
+    PendingChange.objects.using(using).bulk_create(rows, batch_size=5000)
+    _dispatch_on_commit({row.source for row in rows}, using)
 
 
 class _Dispatch:
@@ -312,16 +320,16 @@ class _Dispatch:
             logger.exception("Could not queue change processing for %s; it waits for the next run", sorted(self.sources))
 
 
-def _dispatch_on_commit(source_name, using):
+def _dispatch_on_commit(source_names, using):
     connection = connections[using]
     if connection.in_atomic_block:
         # One callback per transaction: find the one already registered, if any.
         for _sids, func, _robust in getattr(connection, "run_on_commit", []):
             if isinstance(func, _Dispatch) and not func.done:
-                func.sources.add(source_name)
+                func.sources.update(source_names)
                 return
     dispatch = _Dispatch()
-    dispatch.sources.add(source_name)
+    dispatch.sources.update(source_names)
     transaction.on_commit(dispatch, using=using)
 
 
@@ -352,12 +360,9 @@ def changed(objects=None, *, model=None, pks=None):
             model = type(objects[0])
     elif model is None or pks is None:
         raise TypeError("changed() takes objects, or model= and pks=")
-    count = 0
-    for source in registry.sources_tracking(model):
-        keys = source.affected_keys_of(model, objects=objects, pks=pks)
-        record(source.name, keys)
-        count += len(keys)
-    return count
+    keys_by_source = {source.name: source.affected_keys_of(model, objects=objects, pks=pks) for source in registry.sources_tracking(model)}
+    record_many(keys_by_source)
+    return sum(len(keys) for keys in keys_by_source.values())
 
 
 def process_pending(source_names=None, *, batch_size=None):
