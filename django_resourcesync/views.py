@@ -173,10 +173,10 @@ def changedump_document(request, slug, name):
     resource_set = _enabled_set(slug)
     if not resource_set.has_capability(CHANGEDUMP):
         raise Http404("No Change Dump")
-    if name == changedump.NAME:
-        rendered = changedump.render(resource_set)
+    if name.endswith(".xml") and not name.endswith("-manifest.xml"):
+        rendered = changedump.render(resource_set, name)
         if rendered is None:
-            raise Http404("No Change Dump package yet")
+            raise Http404("No such Change Dump document")
         return _xml_response(request, *rendered)
     found = changedump.find(resource_set, name)
     if found is None:

@@ -323,3 +323,28 @@ def test_member_names_never_put_a_file_where_a_folder_must_go(tmp_path):
     if shutil.which("unzip"):
         done = subprocess.run(["unzip", "-qq", str(package), "-d", str(tmp_path / "info-zip")], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
+
+
+def test_change_dump_index_past_the_entry_limit(seed, dumping, settings, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        seed(3)
+    rebuild_set(dumping)
+    first = ItemFile.objects.order_by("pk")[0]
+    for n in range(5):
+        with django_capture_on_commit_callbacks(execute=True):
+            first.file.save(f"v{n}.txt", ContentFile(f"version {n}".encode()), save=True)
+        assert package_changes(dumping).number == n + 1
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 2}
+    status, body, _ = fetch("/resourcesync/bitstreams/changedump.xml")
+    index = check_document(body, "changedump")
+    assert index.tag == f"{{{SM}}}sitemapindex" and "until" not in md(index)
+    parts = entries(index)
+    assert len(parts) == 3 and "until" in md(parts[0]) and "until" not in md(parts[-1])
+    seen = []
+    for number, sitemap in enumerate(parts, start=1):
+        status, part, _ = fetch(path_of(loc(sitemap)))
+        doc = check_document(part, "changedump", max_entries=2)
+        assert link(doc, "index") == "http://testserver/resourcesync/bitstreams/changedump.xml"
+        assert ("until" in md(doc)) == (number < len(parts))
+        seen += [loc(e) for e in entries(doc)]
+    assert len(seen) == 5 and seen == sorted(seen, key=lambda uri: int(uri.rsplit("/", 1)[1].split(".")[0]))

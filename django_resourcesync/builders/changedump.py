@@ -99,11 +99,11 @@ class _Doc:
         self.name, self.size, self.sha256 = name, size, sha256
 
 
-def render(resource_set):
-    """``(bytes, last_modified)`` of the set's Change Dump, or ``None`` before its first package."""
-    packages = list(resource_set.changedump_packages.order_by("number"))
-    if not packages:
-        return None
+def part_name(number):
+    return f"changedump/dump-{number}.xml"
+
+
+def _dump_document(resource_set, packages, *, extended, index):
     writer = DocumentWriter()
     for package in packages:
         writer.add(
@@ -114,10 +114,47 @@ def render(resource_set):
                 {"from": w3c_datetime(package.from_time), "until": w3c_datetime(package.until)},
             )
         )
-    out = io.BytesIO()
     md = {"capability": capabilities.CHANGEDUMP, "from": w3c_datetime(packages[0].from_time)}
-    writer.finish(out, md=md, links=[{"rel": "up", "href": uris.capability_list_uri(resource_set)}])
-    return out.getvalue(), packages[-1].written
+    if not extended:
+        md["until"] = w3c_datetime(packages[-1].until)
+    links = [{"rel": "up", "href": uris.capability_list_uri(resource_set)}]
+    if index:
+        links.append({"rel": "index", "href": uris.document_uri(resource_set, NAME)})
+    out = io.BytesIO()
+    writer.finish(out, md=md, links=links)
+    return out.getvalue()
+
+
+def render(resource_set, name=NAME):
+    """``(bytes, last_modified)`` of the Change Dump (``changedump.xml``: the dump, or a Change
+    Dump Index past ``MAX_ENTRIES_PER_DOCUMENT`` packages) or of one of its parts; ``None`` if
+    there is no such document (before the first package, say)."""
+    packages = list(resource_set.changedump_packages.order_by("number"))
+    if not packages:
+        return None
+    limit = app_settings.MAX_ENTRIES_PER_DOCUMENT
+    parts = [packages[start : start + limit] for start in range(0, len(packages), limit)]
+    last_modified = packages[-1].written
+    if len(parts) == 1:
+        return (_dump_document(resource_set, packages, extended=True, index=False), last_modified) if name == NAME else None
+    if name == NAME:
+        index = DocumentWriter(root="sitemapindex")
+        for number, chunk in enumerate(parts, start=1):
+            md = {"from": w3c_datetime(chunk[0].from_time)}
+            if number < len(parts):
+                md["until"] = w3c_datetime(chunk[-1].until)
+            index.add(url_element(uris.document_uri(resource_set, part_name(number)), md=md, tag="sitemap"))
+        out = io.BytesIO()
+        index.finish(
+            out,
+            md={"capability": capabilities.CHANGEDUMP, "from": w3c_datetime(packages[0].from_time)},
+            links=[{"rel": "up", "href": uris.capability_list_uri(resource_set)}],
+        )
+        return out.getvalue(), last_modified
+    for number, chunk in enumerate(parts, start=1):
+        if name == part_name(number):
+            return _dump_document(resource_set, chunk, extended=number == len(parts), index=True), last_modified
+    return None
 
 
 def find(resource_set, name):
