@@ -62,7 +62,6 @@ PostgreSQL 15 here), so the default sizes would run for over an hour.
 """
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -72,6 +71,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import _steps
+from _steps import add_child_arguments, run_as_child
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -552,14 +554,10 @@ CHILDREN = {
 
 
 def run_child(role, result_dir, *args):
-    """Run one step in a fresh interpreter; return its JSON result."""
-    result = Path(result_dir) / f"{role}-{time.monotonic_ns()}.json"
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", role, "--result", str(result)]
-    command += ["--arg=" + json.dumps(arg) for arg in args]
     started = time.perf_counter()
-    subprocess.run(command, check=True, cwd=ROOT)
+    result = _steps.run_child(__file__, role, result_dir, *args)
     progress(f"{role} done in {time.perf_counter() - started:.1f} s")
-    return json.loads(result.read_text())
+    return result
 
 
 def progress(message):
@@ -833,13 +831,9 @@ def main():
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (and the PostgreSQL database)")
     parser.add_argument("--profile", action="store_true", help="also cProfile a bulk update and a reconcile")
     parser.add_argument("--top", type=int, default=15, help="functions shown by --profile (default 15)")
-    parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
-    parser.add_argument("--result", help=argparse.SUPPRESS)
-    parser.add_argument("--arg", action="append", default=[], help=argparse.SUPPRESS)
+    add_child_arguments(parser, CHILDREN)
     options = parser.parse_args()
-    if options.child:
-        result = CHILDREN[options.child](*(json.loads(arg) for arg in options.arg))
-        Path(options.result).write_text(json.dumps(result))
+    if run_as_child(options, CHILDREN):
         return
     run(options)
 

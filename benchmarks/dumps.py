@@ -47,7 +47,6 @@ prints the top functions. MB = MiB = 2**20 bytes, GB = GiB = 2**30 bytes.
 """
 
 import argparse
-import json
 import os
 import random
 import resource
@@ -58,6 +57,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import _steps
+from _steps import add_child_arguments, current_rss_kib, mib, peak_rss_kib, run_as_child
 
 ROOT = Path(__file__).resolve().parent.parent
 SLUG = "bitstreams"  # the demo project's set of files of public items (made by its migrations)
@@ -80,27 +82,6 @@ ZIP = "zip -0"
 
 # --------------------------------------------------------------------------------------------
 # Measuring
-
-
-def peak_rss_kib():
-    """Peak RSS of this process so far (``ru_maxrss`` is in KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
-def current_rss_kib():
-    """Current RSS of this process, from /proc (falls back to the peak elsewhere)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return peak_rss_kib()
-
-
-def mib(kib):
-    return kib / 1024
 
 
 def mb_per_s(nbytes, seconds):
@@ -416,12 +397,7 @@ CHILDREN = {
 
 
 def run_child(role, result_dir, *args, tag=""):
-    """Run one step in a fresh interpreter; return its JSON result."""
-    result = Path(result_dir) / f"{role}{tag}.json"
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", role, "--result", str(result)]
-    command += ["--arg=" + json.dumps(arg) for arg in args]
-    subprocess.run(command, check=True, cwd=ROOT)
-    return json.loads(result.read_text())
+    return _steps.run_child(__file__, role, result_dir, *args, tag=tag)
 
 
 # --------------------------------------------------------------------------------------------
@@ -604,13 +580,9 @@ def main():
                         help="rounds of the three timed steps, in rotating order; figures are the median run (default 1)")
     parser.add_argument("--top", type=int, default=15, help="functions shown by the profile (default 15)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
-    parser.add_argument("--result", help=argparse.SUPPRESS)
-    parser.add_argument("--arg", action="append", default=[], help=argparse.SUPPRESS)
+    add_child_arguments(parser, CHILDREN)
     options = parser.parse_args()
-    if options.child:
-        result = CHILDREN[options.child](*(json.loads(arg) for arg in options.arg))
-        Path(options.result).write_text(json.dumps(result))
+    if run_as_child(options, CHILDREN):
         return
     if options.files < 1 or options.total_gb <= 0 or options.repeat < 1:
         parser.error("--files and --repeat must be positive and --total-gb above 0")

@@ -33,15 +33,15 @@ and prints the top functions.
 """
 
 import argparse
-import json
 import os
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import _steps
+from _steps import add_child_arguments, current_rss_kib, mib, peak_rss_kib, run_as_child
 
 ROOT = Path(__file__).resolve().parent.parent
 SLUG = "bench"
@@ -58,27 +58,6 @@ RESYNC = "resync"
 
 # --------------------------------------------------------------------------------------------
 # Measuring
-
-
-def peak_rss_kib():
-    """Peak RSS of this process so far (``ru_maxrss`` is in KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
-def current_rss_kib():
-    """Current RSS of this process, from /proc (falls back to the peak elsewhere)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return peak_rss_kib()
-
-
-def mib(kib):
-    return kib / 1024
 
 
 # --------------------------------------------------------------------------------------------
@@ -287,12 +266,7 @@ CHILDREN = {"seed": child_seed, "build": child_build, "resync": child_resync, "p
 
 
 def run_child(role, result_dir, *args):
-    """Run one step in a fresh interpreter; return its JSON result."""
-    result = Path(result_dir) / f"{role}.json"
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", role, "--result", str(result)]
-    command += ["--arg=" + json.dumps(arg) for arg in args]
-    subprocess.run(command, check=True, cwd=ROOT)
-    return json.loads(result.read_text())
+    return _steps.run_child(__file__, role, result_dir, *args)
 
 
 # --------------------------------------------------------------------------------------------
@@ -393,13 +367,9 @@ def main():
     parser.add_argument("--keep", action="store_true", help="keep the temporary directories")
     parser.add_argument("--profile", action="store_true", help="also cProfile a build at the largest N")
     parser.add_argument("--top", type=int, default=15, help="functions shown by --profile (default 15)")
-    parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
-    parser.add_argument("--result", help=argparse.SUPPRESS)
-    parser.add_argument("--arg", action="append", default=[], help=argparse.SUPPRESS)
+    add_child_arguments(parser, CHILDREN)
     options = parser.parse_args()
-    if options.child:
-        result = CHILDREN[options.child](*(json.loads(arg) for arg in options.arg))
-        Path(options.result).write_text(json.dumps(result))
+    if run_as_child(options, CHILDREN):
         return
     sizes = sorted({int(size.replace("_", "")) for size in options.sizes.split(",") if size.strip()})
     run(sizes, options.keep, options.profile, options.top)

@@ -32,7 +32,7 @@ from .builders import changelist
 from .conf import app_settings
 from .models import ChangeEvent, PendingChange, Resource, ResourceSet
 from .sources import Representation, UnpublishableResource, registry
-from .xml.writer import change_entry, resource_entry
+from .xml.writer import resource_entry
 
 logger = logging.getLogger(__name__)
 

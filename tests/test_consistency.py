@@ -16,7 +16,7 @@ from django_resourcesync.models import ChangeEvent
 from example_project.repository.models import Collection, Item, ItemFile
 
 from .conftest import demo_set
-from .helpers import fetch, resource_list_entries
+from .helpers import resource_list_entries
 from .xmlcheck import SM, md
 
 pytestmark = pytest.mark.django_db

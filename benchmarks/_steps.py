@@ -1,0 +1,57 @@
+"""What the benchmark scripts share: each measured step runs in a fresh interpreter of its own
+(so its peak RSS is its own), and hands its figures back as a JSON file."""
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def peak_rss_kib():
+    """Peak RSS of this process so far (``ru_maxrss`` is in KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def current_rss_kib():
+    """Current RSS of this process, from /proc (falls back to the peak elsewhere)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return peak_rss_kib()
+
+
+def mib(kib):
+    return kib / 1024
+
+
+def run_child(script, role, result_dir, *args, tag=""):
+    """Run step ``role`` of ``script`` in a fresh interpreter; return its JSON result."""
+    result = Path(result_dir) / f"{role}{tag}-{time.monotonic_ns()}.json"
+    command = [sys.executable, str(Path(script).resolve()), "--child", role, "--result", str(result)]
+    command += ["--arg=" + json.dumps(arg) for arg in args]
+    subprocess.run(command, check=True, cwd=ROOT)
+    return json.loads(result.read_text())
+
+
+def add_child_arguments(parser, children):
+    parser.add_argument("--child", choices=sorted(children), help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    parser.add_argument("--arg", action="append", default=[], help=argparse.SUPPRESS)
+
+
+def run_as_child(options, children):
+    """If this interpreter was started as a step, run it, write its result and say so."""
+    if not options.child:
+        return False
+    result = children[options.child](*(json.loads(arg) for arg in options.arg))
+    Path(options.result).write_text(json.dumps(result))
+    return True
