@@ -145,39 +145,18 @@ def item_pks():
 def child_seed(cfg, n, file_size):
     """Migrate a fresh database and add N public items with their files (not a measurement).
 
-    The content is the ``seed_repository`` command's (title_for, files_for), written without its
-    ``tracking.changed()`` calls: the baseline reconcile records everything anyway."""
+    The ``seed_repository`` command's items, added without telling change tracking: the
+    baseline reconcile records everything anyway."""
     setup_django(cfg)
-    from django.core.files.base import ContentFile
     from django.core.management import call_command
-    from django.db import connection, transaction
+    from django.db import connection
 
-    from example_project.repository.management.commands.seed_repository import COLLECTIONS, files_for, title_for
-    from example_project.repository.models import Collection, Item, ItemFile
+    from example_project.repository.management.commands.seed_repository import add_items
+    from example_project.repository.models import Item, ItemFile
 
     call_command("migrate", verbosity=0, interactive=False)
     started = time.perf_counter()
-    collections = [Collection.objects.get_or_create(slug=slug, defaults={"name": name})[0] for slug, name in COLLECTIONS]
-    for start in range(1, n + 1, 2000):
-        numbers = range(start, min(start + 2000, n + 1))
-        with transaction.atomic():
-            created = Item.objects.bulk_create(
-                Item(
-                    collection=collections[i % len(collections)],
-                    title=title_for(i),
-                    creator=f"Author {i % 97}",
-                    abstract=f"Abstract of item {i}.",
-                    is_public=True,
-                )
-                for i in numbers
-            )
-            rows = []
-            for i, item in zip(numbers, created):
-                for name, media_type, data in files_for(i, file_size):
-                    row = ItemFile(item=item, name=name, media_type=media_type)
-                    row.file.save(name, ContentFile(data), save=False)
-                    rows.append(row)
-            ItemFile.objects.bulk_create(rows)
+    add_items(n, file_size=file_size, track=False)
     jit = None
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:

@@ -31,6 +31,45 @@ def files_for(n, size):
     return files
 
 
+def add_items(count, *, file_size, batch_size=2000, track=True, progress=None):
+    """Add ``count`` public items with their files; returns the number of files added.
+
+    Item numbers continue from the number of items there are, whatever their keys, so item n
+    always gets the same title and bytes. ``track`` tells change tracking what was added
+    (bulk_create sends no signal); ``progress(done)`` is called after each batch.
+    """
+    collections = [Collection.objects.get_or_create(slug=slug, defaults={"name": name})[0] for slug, name in COLLECTIONS]
+    first = Item.objects.count() + 1
+    added_files = 0
+    for start in range(first, first + count, batch_size):
+        numbers = range(start, min(start + batch_size, first + count))
+        with transaction.atomic():
+            created = Item.objects.bulk_create(
+                Item(
+                    collection=collections[n % len(collections)],
+                    title=title_for(n),
+                    creator=f"Author {n % 97}",
+                    abstract=f"Abstract of item {n}.",
+                    is_public=True,
+                )
+                for n in numbers
+            )
+            rows = []
+            for n, item in zip(numbers, created):
+                for name, media_type, data in files_for(n, file_size):
+                    row = ItemFile(item=item, name=name, media_type=media_type)
+                    row.file.save(name, ContentFile(data), save=False)
+                    rows.append(row)
+            ItemFile.objects.bulk_create(rows)
+            added_files += len(rows)
+            if track:
+                tracking.changed(created)
+                tracking.changed(rows)
+        if progress:
+            progress(numbers[-1] - first + 1)
+    return added_files
+
+
 class Command(BaseCommand):
     help = "Add N public items with their files to the demo repository."
 
@@ -43,36 +82,12 @@ class Command(BaseCommand):
         if items < 0 or file_size < 0 or batch_size < 1:
             raise CommandError("--items and --file-size must be 0 or more, --batch-size positive.")
         started = time.monotonic()
-        collections = [Collection.objects.get_or_create(slug=slug, defaults={"name": name})[0] for slug, name in COLLECTIONS]
-        # Item numbers continue from the number of items there are, whatever their keys.
-        first = Item.objects.count() + 1
-        added_files = 0
-        for start in range(first, first + items, batch_size):
-            numbers = range(start, min(start + batch_size, first + items))
-            with transaction.atomic():
-                created = Item.objects.bulk_create(
-                    Item(
-                        collection=collections[n % len(collections)],
-                        title=title_for(n),
-                        creator=f"Author {n % 97}",
-                        abstract=f"Abstract of item {n}.",
-                        is_public=True,
-                    )
-                    for n in numbers
-                )
-                rows = []
-                for n, item in zip(numbers, created):
-                    for name, media_type, data in files_for(n, file_size):
-                        row = ItemFile(item=item, name=name, media_type=media_type)
-                        row.file.save(name, ContentFile(data), save=False)
-                        rows.append(row)
-                ItemFile.objects.bulk_create(rows)
-                added_files += len(rows)
-                # bulk_create sends no signal: tell change tracking what was added.
-                tracking.changed(created)
-                tracking.changed(rows)
+
+        def progress(done):
             if verbosity >= 1:
-                self.stderr.write(f"\r{numbers[-1] - first + 1}/{items} items", ending="")
+                self.stderr.write(f"\r{done}/{items} items", ending="")
+
+        added_files = add_items(items, file_size=file_size, batch_size=batch_size, progress=progress)
         if verbosity >= 1 and items:
             self.stderr.write("")
         if verbosity >= 1:
