@@ -104,6 +104,10 @@ class PendingChange(models.Model):
 
     source = models.CharField(max_length=100)
     object_pk = models.CharField(max_length=64)
+    #: Empty when ``object_pk`` is one of the source's items; else the label of the related model
+    #: (one of the source's ``related_models``) it belongs to: the items that its change affects
+    #: are looked up when the row is processed, not in the saving request.
+    related = models.CharField(max_length=100, blank=True, default="")
     recorded = models.DateTimeField(default=timezone.now)
 
     class Meta:
