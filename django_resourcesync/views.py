@@ -2,12 +2,16 @@
 
 Every response carries an ETag (the SHA-256 of the document) and Last-Modified, and a
 conditional GET is answered 304 from database metadata alone, without touching storage.
+
+Stored files are streamed in chunks of ``CHUNK_SIZE`` bytes, never read whole: from S3
+(django-storages) by ranged GETs of the object's body, from other storages through ``open()``.
+With ``SERVE_BY_REDIRECT`` they are redirected to the storage's URL instead.
 """
 
 import hashlib
 import re
 
-from django.http import FileResponse, Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
+from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.utils.cache import get_conditional_response
 from django.utils.http import http_date, quote_etag
 from django.views.decorators.http import require_safe
@@ -21,6 +25,7 @@ from .conf import app_settings
 from .models import Build, Document, ResourceSet
 
 CONTENT_TYPE = "application/xml"
+CHUNK_SIZE = 1024 * 1024
 
 
 def _conditional(request, etag, last_modified, make_response):
@@ -115,31 +120,60 @@ def _byte_range(request, size, etag):
 
 def _stream_from_storage(request, storage_name, size, content_type=CONTENT_TYPE, etag=""):
     """A stored file, streamed (with single-range support) or redirected to the storage URL."""
+    store = storage.get_storage()
     if app_settings.SERVE_BY_REDIRECT:
-        return HttpResponseRedirect(storage.get_storage().url(storage_name))
+        return HttpResponseRedirect(store.url(storage_name))
     byte_range = _byte_range(request, size, etag)
     if byte_range is False:
         response = HttpResponse(status=416, content_type="text/plain")
         response["Content-Range"] = f"bytes */{size}"
         return response
-    handle = storage.get_storage().open(storage_name, "rb")
-    if byte_range is None:
-        response = FileResponse(handle, content_type=content_type)
-        response["Content-Length"] = str(size)
-    else:
-        start, end = byte_range
-        handle.seek(start)
-        response = StreamingHttpResponse(_read_span(handle, end - start + 1), status=206, content_type=content_type)
+    start, end = byte_range or (0, size - 1)
+    response = StreamingHttpResponse(
+        _read_span(store, storage_name, start, end), status=200 if byte_range is None else 206, content_type=content_type
+    )
+    if byte_range is not None:
         response["Content-Range"] = f"bytes {start}-{end}/{size}"
-        response["Content-Length"] = str(end - start + 1)
+    response["Content-Length"] = str(end - start + 1)
     response["Accept-Ranges"] = "bytes"
     return response
 
 
-def _read_span(handle, remaining):
+def _s3_object(store, storage_name):
+    """The boto3 object behind ``storage_name`` if ``store`` is django-storages' S3 storage whose
+    bytes are stored as they are (not gzipped), else ``None``."""
     try:
+        from storages.backends.s3 import S3Storage, _filter_download_params
+        from storages.utils import clean_name
+    except ImportError:  # django-storages without boto3: no S3 storage in use
+        return None
+    if not isinstance(store, S3Storage) or store.gzip:
+        return None
+    key = store._normalize_name(clean_name(storage_name))
+    return store.bucket.Object(key), _filter_download_params(store.get_object_parameters(storage_name))
+
+
+def _read_span(store, storage_name, start, end):
+    """Bytes ``start`` to ``end`` (inclusive) of a stored file, in chunks of at most CHUNK_SIZE.
+
+    The file is opened when the response starts to be sent, so a 304 or a HEAD never reads it."""
+    if end < start:
+        return
+    s3 = _s3_object(store, storage_name)
+    if s3 is not None:
+        obj, params = s3
+        body = obj.get(Range=f"bytes={start}-{end}", **params)["Body"]
+        try:
+            yield from body.iter_chunks(CHUNK_SIZE)
+        finally:
+            body.close()
+        return
+    handle = store.open(storage_name, "rb")
+    try:
+        handle.seek(start)
+        remaining = end - start + 1
         while remaining > 0:
-            chunk = handle.read(min(remaining, 1024 * 1024))
+            chunk = handle.read(min(remaining, CHUNK_SIZE))
             if not chunk:
                 break
             remaining -= len(chunk)
