@@ -30,3 +30,4 @@ class ResourceSyncConfig(AppConfig):
             except ImportError as exc:
                 source_module_errors.append((module, exc))
         signals.connect_tracked_models()
+        signals.connect_celery()

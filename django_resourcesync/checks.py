@@ -85,6 +85,14 @@ def check_settings(app_configs=None, **kwargs):
     keep = app_settings.KEEP_BUILDS
     if not isinstance(keep, int) or isinstance(keep, bool) or keep < 0:
         errors.append(Error("RESOURCESYNC['KEEP_BUILDS'] must be 0 or more.", hint="Default: 1.", id="resourcesync.E009"))
+    if not isinstance(app_settings.BACKGROUND_DISPATCH, bool):
+        errors.append(
+            Error(
+                f"RESOURCESYNC['BACKGROUND_DISPATCH'] = {app_settings.BACKGROUND_DISPATCH!r} is not True or False.",
+                hint="Default: True.",
+                id="resourcesync.E018",
+            )
+        )
     period = app_settings.CHANGELIST_PERIOD
     if not (period in ("hourly", "daily", "weekly") or (isinstance(period, int) and not isinstance(period, bool) and period >= 1)):
         errors.append(
@@ -184,6 +192,7 @@ def check_sources(app_configs=None, **kwargs):
         )
         for module, exc in source_module_errors
     ]
+    errors += _related_lookup_errors(registry)
     if not errors and not registry.names():
         return [
             Warning(
@@ -194,3 +203,30 @@ def check_sources(app_configs=None, **kwargs):
         ]
     return errors
 
+
+
+def _related_lookup_errors(registry):
+    """``related_models = {Model: "lookup"}`` whose lookup does not lead from the source's
+    objects to that model."""
+    from collections.abc import Mapping
+
+    from django.core.exceptions import FieldError
+
+    errors = []
+    for source in registry.sources():
+        if not isinstance(source.related_models, Mapping):
+            continue
+        for model, lookup in source.related_models.items():
+            try:
+                source.item_model._base_manager.filter(**{f"{lookup}__in": []}).query
+            except (FieldError, TypeError, ValueError) as exc:
+                errors.append(
+                    Error(
+                        f"Source {source.name!r}: related_models maps {model._meta.label} to {lookup!r}, "
+                        f"which is not a lookup of {source.item_model._meta.label}: {exc}",
+                        hint=f"Give the field path from a {source.item_model._meta.object_name} to its "
+                        f"{model._meta.object_name}, as in a queryset filter (for example \"item\" or \"item__collection\").",
+                        id="resourcesync.E017",
+                    )
+                )
+    return errors

@@ -32,6 +32,9 @@ DEFAULTS = {
     "DUMP_PACKAGE_BYTES": 1024**3,
     # Rows fetched per database round trip in builds and scans.
     "BATCH_SIZE": 5_000,
+    # Hand the pending changes of autocommit saves, and the queueing of their processing, to a
+    # thread of the process (see django_resourcesync.outbox); off: each save does both itself.
+    "BACKGROUND_DISPATCH": True,
     # Builds of each capability kept in storage after they are replaced, so that a Destination
     # that fetched an index just before a switch-over can still fetch its parts.
     "KEEP_BUILDS": 1,

@@ -2,15 +2,16 @@
 
 Change tracking listens to ``post_save`` and ``post_delete`` of every model a registered source
 tracks (its items' model and its ``related_models``). A handler does one cheap thing inside the
-saving transaction: it inserts the affected objects as pending changes; the comparison, hashing
-and change events happen after the commit, off the request (see :mod:`.tracking`).
+saving transaction: it records the object as a pending change (see :mod:`.outbox`); the
+comparison, hashing and change events happen after the commit, off the request (see
+:mod:`.tracking`).
 """
 
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from . import storage, tracking
+from . import outbox, storage, tracking
 from .models import ChangeDumpPackage, ChangeList, Document
 from .sources import registry
 
@@ -36,17 +37,24 @@ def delete_changedump_files(sender, instance, **kwargs):
     transaction.on_commit(lambda: storage.delete_quietly(names), using=kwargs.get("using"))
 
 
-def object_changed(sender, instance, raw=False, using=None, **kwargs):
-    """A tracked object was saved or deleted: record the objects of each source it affects."""
+def object_changed(sender, instance, raw=False, using=None, signal=None, **kwargs):
+    """A tracked object was saved or deleted: record it as a pending change of each source it
+    concerns. A related object is recorded as such (the source's objects it affects are looked
+    up after the commit), except when it is deleted: then they are looked up now."""
     if not tracking.is_enabled() or getattr(instance, "_resourcesync_skip", False):
         return
-    keys_by_source = {}
+    rows = []
     for source in registry.sources_tracking(sender):
-        own = sender._meta.concrete_model is source.item_model._meta.concrete_model
-        if raw and not own:
+        related = source.related_label(sender)
+        if not related:
+            rows.append((source.name, str(instance.pk), ""))
+        elif raw:
             continue  # fixture loading: related objects may not be there yet; reconcile covers it
-        keys_by_source[source.name] = [instance.pk] if own else source.affected(instance)
-    tracking.record_many(keys_by_source, using=using)
+        elif signal is post_delete:
+            rows.extend((source.name, str(key), "") for key in source.affected(instance))
+        else:
+            rows.append((source.name, str(instance.pk), related))
+    outbox.record(rows, using=using)
 
 
 def connect_tracked_models():
@@ -56,3 +64,15 @@ def connect_tracked_models():
         uid = f"resourcesync_track_{model._meta.label_lower}"
         post_save.connect(object_changed, sender=model, dispatch_uid=uid + "_save")
         post_delete.connect(object_changed, sender=model, dispatch_uid=uid + "_delete")
+
+
+def flush_after_task(**kwargs):
+    """A Celery task that saved tracked objects hands their pending changes over before the
+    worker takes the next task (or exits)."""
+    outbox.dispatcher.flush()
+
+
+def connect_celery():
+    from celery.signals import task_postrun
+
+    task_postrun.connect(flush_after_task, dispatch_uid="resourcesync_flush_pending_changes", weak=False)

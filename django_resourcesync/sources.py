@@ -23,6 +23,7 @@ import logging
 import mimetypes
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -236,8 +237,10 @@ class ResourceSource:
     model = None
     changefreq = None
     #: Other models whose saves and deletes can change this source's entries (for example the
-    #: item of a file, when ``items()`` leaves out the files of private items). Say which
-    #: objects each change affects in :meth:`affected`.
+    #: item of a file, when ``items()`` leaves out the files of private items). A mapping
+    #: ``{Model: "lookup"}`` gives the lookup from the source's objects to the related one
+    #: (``{Item: "item"}`` for files pointing at their item); with a plain list of models, say
+    #: which objects each change affects in :meth:`affected`.
     related_models = ()
 
     def items(self):
@@ -275,8 +278,26 @@ class ResourceSource:
 
     def affected(self, instance):
         """Primary keys of this source's objects whose entries may change when ``instance``, an
-        object of one of ``related_models``, is saved or deleted."""
-        return []
+        object of one of ``related_models``, is saved or deleted. Default: the objects that
+        point at it through the lookup given in ``related_models``."""
+        if self._related_lookup(type(instance)) is None:
+            return []
+        return self.affected_by(type(instance), [instance.pk])
+
+    def affected_by(self, model, pks):
+        """:meth:`affected` for many objects of a related model at once: the lookup given in
+        ``related_models`` in a query per thousand keys, else ``affected()`` of each object."""
+        lookup = self._related_lookup(model)
+        pks = list(pks)
+        if lookup is None:
+            return [key for obj in model._default_manager.filter(pk__in=pks).iterator() for key in self.affected(obj)]
+        # Every object that points at them, in the set or not: one that left it is compared too.
+        objects = self.item_model._base_manager
+        return [
+            key
+            for start in range(0, len(pks), 1000)
+            for key in objects.filter(**{f"{lookup}__in": pks[start : start + 1000]}).values_list("pk", flat=True)
+        ]
 
     # -- the machinery below is not meant to be overridden --------------------------------
 
@@ -288,14 +309,20 @@ class ResourceSource:
         """The models whose saves and deletes change tracking listens to for this source."""
         return [self.item_model, *self.related_models]
 
-    def affected_keys_of(self, model, *, objects=None, pks=None):
-        """Primary keys of this source's objects touched by a change to ``objects`` (or the
-        objects ``pks`` of ``model``)."""
+    def related_label(self, model):
+        """How pending changes name a model: ``""`` for the source's own, else its label."""
         if model._meta.concrete_model is self.item_model._meta.concrete_model:
-            return [obj.pk for obj in objects] if objects is not None else list(pks)
-        if objects is None:
-            objects = model._default_manager.filter(pk__in=list(pks)).iterator()
-        return [key for obj in objects for key in self.affected(obj)]
+            return ""
+        return model._meta.concrete_model._meta.label_lower
+
+    def _related_lookup(self, model):
+        if not isinstance(self.related_models, Mapping):
+            return None
+        concrete = model._meta.concrete_model
+        for related, lookup in self.related_models.items():
+            if related._meta.concrete_model is concrete:
+                return lookup
+        return None
 
     def _get(self, name, obj, default=None):
         attr = getattr(self, name, None)

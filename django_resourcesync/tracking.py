@@ -25,9 +25,11 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from django.db import connections, router, transaction
+from django.apps import apps
+from django.db import router, transaction
 from django.utils import timezone
 
+from . import outbox
 from .builders import changelist
 from .conf import app_settings
 from .models import ChangeEvent, PendingChange, Resource, ResourceSet
@@ -284,53 +286,13 @@ def paused():
 
 
 def record(source_name, keys, *, using=None):
-    """Insert pending changes for ``keys`` of a source and have them processed after the commit."""
-    record_many({source_name: keys}, using=using)
+    """Record that the objects ``keys`` of a source may have changed; they are processed after
+    the commit (see :mod:`.outbox`)."""
+    outbox.record([(source_name, key, "") for key in _unique_keys(keys)], using=using)
 
 
-def record_many(keys_by_source, *, using=None):
-    """:func:`record` for several sources at once: one insert, one on-commit dispatch."""
-    now = timezone.now()
-    rows = [
-        PendingChange(source=name, object_pk=key, recorded=now)
-        for name, keys in keys_by_source.items()
-        for key in dict.fromkeys(str(key) for key in keys if key is not None)
-    ]
-    if not rows:
-        return
-    using = using or router.db_for_write(PendingChange)
-    PendingChange.objects.using(using).bulk_create(rows, batch_size=5000)
-    _dispatch_on_commit({row.source for row in rows}, using)
-
-
-class _Dispatch:
-    """The on-commit callback of one transaction: queues processing for the sources it touched."""
-
-    def __init__(self):
-        self.sources = set()
-        self.done = False
-
-    def __call__(self):
-        from .tasks import process_changes_task
-
-        self.done = True
-        try:
-            process_changes_task.delay(sorted(self.sources))
-        except Exception:  # a broker outage must not fail the committed save; beat catches up
-            logger.exception("Could not queue change processing for %s; it waits for the next run", sorted(self.sources))
-
-
-def _dispatch_on_commit(source_names, using):
-    connection = connections[using]
-    if connection.in_atomic_block:
-        # One callback per transaction: find the one already registered, if any.
-        for _sids, func, _robust in getattr(connection, "run_on_commit", []):
-            if isinstance(func, _Dispatch) and not func.done:
-                func.sources.update(source_names)
-                return
-    dispatch = _Dispatch()
-    dispatch.sources.update(source_names)
-    transaction.on_commit(dispatch, using=using)
+def _unique_keys(keys):
+    return dict.fromkeys(str(key) for key in keys if key is not None)
 
 
 def changed(objects=None, *, model=None, pks=None):
@@ -345,11 +307,13 @@ def changed(objects=None, *, model=None, pks=None):
         Item.objects.filter(pk__in=gone).delete()        # signals do this one
         tracking.changed(model=Item, pks=gone)            # raw SQL: say so yourself
 
-    Every source that tracks the model is told, related models included. Processing happens
-    after the commit, like that of signals.
+    Every source that tracks the model is told, related models included (the objects a change
+    of a related object affects are looked up when the changes are processed). Processing
+    happens after the commit, like that of signals. Returns the number of pending changes
+    recorded.
     """
     if objects is not None:
-        if hasattr(objects, "values_list"):  # a queryset: its keys suffice for the model itself
+        if hasattr(objects, "values_list"):  # a queryset: its keys suffice
             model = objects.model
             pks = list(objects.values_list("pk", flat=True))
             objects = None
@@ -360,9 +324,12 @@ def changed(objects=None, *, model=None, pks=None):
             model = type(objects[0])
     elif model is None or pks is None:
         raise TypeError("changed() takes objects, or model= and pks=")
-    keys_by_source = {source.name: source.affected_keys_of(model, objects=objects, pks=pks) for source in registry.sources_tracking(model)}
-    record_many(keys_by_source)
-    return sum(len(keys) for keys in keys_by_source.values())
+    if objects is not None:
+        pks = [obj.pk for obj in objects]
+    keys = list(_unique_keys(pks))
+    rows = [(source.name, key, source.related_label(model)) for source in registry.sources_tracking(model) for key in keys]
+    outbox.record(rows)
+    return len(rows)
 
 
 def process_pending(source_names=None, *, batch_size=None):
@@ -385,18 +352,42 @@ def process_pending(source_names=None, *, batch_size=None):
                 pending = list(PendingChange.objects.filter(source=name).order_by("id")[:batch_size])
                 if not pending:
                     break
-                keys = list(dict.fromkeys(change.object_pk for change in pending))
+                keys = _keys_of(source, pending)
                 for resource_set in sets:
                     try:
                         with transaction.atomic():  # a savepoint: a broken set spoils only its own part
-                            present = {str(obj.pk): obj for obj in source.queryset(resource_set.lookups).filter(pk__in=keys)}
-                            writer = SetWriter(resource_set, record_events=is_tracked(resource_set))
-                            writer.apply({key: present.get(key) for key in keys})
+                            _apply_keys(resource_set, source, keys, batch_size, counts)
                     except Exception:
                         # Its reconcile catches up once the set is fixed; the other sets go on.
                         logger.exception("Set %s: pending changes could not be applied", resource_set.slug)
-                        continue
-                    for field in ("created", "updated", "deleted", "unchanged", "skipped"):
-                        setattr(counts, field, getattr(counts, field) + getattr(writer.counts, field))
                 PendingChange.objects.filter(pk__in=[change.pk for change in pending]).delete()
     return counts
+
+
+def _keys_of(source, pending):
+    """The keys of the source's objects that pending changes name, those of related objects
+    resolved to the source's objects they affect (as they are now)."""
+    keys, related = {}, {}
+    for change in pending:
+        if change.related:
+            related.setdefault(change.related, []).append(change.object_pk)
+        else:
+            keys[change.object_pk] = None
+    for label, pks in related.items():
+        try:
+            model = apps.get_model(label)
+        except LookupError:
+            logger.warning("Pending changes of the unknown model %r are dropped", label)
+            continue
+        keys.update(dict.fromkeys(_unique_keys(source.affected_by(model, pks))))
+    return list(keys)
+
+
+def _apply_keys(resource_set, source, keys, batch_size, counts):
+    writer = SetWriter(resource_set, record_events=is_tracked(resource_set))
+    for start in range(0, len(keys), batch_size):
+        batch = keys[start : start + batch_size]
+        present = {str(obj.pk): obj for obj in source.queryset(resource_set.lookups).filter(pk__in=batch)}
+        writer.apply({key: present.get(key) for key in batch})
+    for field in ("created", "updated", "deleted", "unchanged", "skipped"):
+        setattr(counts, field, getattr(counts, field) + getattr(writer.counts, field))

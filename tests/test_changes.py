@@ -346,3 +346,61 @@ def test_change_log_admin(tracked, committing, admin_client):
         "/admin/resourcesync/resourceset/", {"action": "reconcile", "_selected_action": [tracked[1].pk]}, follow=True
     )
     assert response.status_code == 200 and b"Reconcile queued" in response.content
+
+
+@pytest.fixture
+def background(tracked, monkeypatch, transactional_db):
+    """Tasks sent to a broker (recorded here instead), so autocommit saves go through the
+    dispatcher thread."""
+    from django_resourcesync import outbox
+
+    sent = []
+    monkeypatch.setattr(outbox, "tasks_run_in_process", lambda: False)
+    monkeypatch.setattr(outbox, "send", lambda sources: sent.append(sorted(sources)))
+    yield sent
+    outbox.dispatcher.flush()
+
+
+def test_autocommit_saves_reach_the_outbox_through_the_dispatcher(tracked, background):
+    from django_resourcesync import outbox
+
+    items = list(Item.objects.order_by("pk")[:3])
+    for item in items:
+        item.title += " (autocommit)"
+        item.save()
+    assert outbox.dispatcher.flush()
+    rows = set(PendingChange.objects.values_list("source", "object_pk", "related"))
+    assert rows == {("metadata", str(i.pk), "") for i in items} | {("bitstreams", str(i.pk), "repository.item") for i in items}
+    # Each save committed before the task was queued, and one task may serve several saves.
+    assert background and len(background) <= len(items) and all(s == ["bitstreams", "metadata"] for s in background)
+    counts = tracking.process_pending()
+    files = ItemFile.objects.filter(item__in=items).count()
+    assert (counts.updated, counts.unchanged) == (3, files), "records changed; the items' files did not"
+    assert PendingChange.objects.count() == 0
+
+
+def test_transaction_saves_write_in_the_transaction_and_queue_at_commit(tracked, background):
+    from django_resourcesync import outbox
+
+    item = Item.objects.order_by("pk").first()
+    with transaction.atomic():
+        item.title += " (atomic)"
+        item.save()
+        assert PendingChange.objects.filter(source="metadata", object_pk=str(item.pk)).exists(), "written in the transaction"
+        assert outbox.dispatcher.flush() and background == [], "nothing queued before the commit"
+    assert outbox.dispatcher.flush() and background == [["bitstreams", "metadata"]]
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            item.title += " (rolled back)"
+            item.save()
+            raise RuntimeError
+    assert outbox.dispatcher.flush() and len(background) == 1
+    assert PendingChange.objects.count() == 2
+
+
+def test_making_an_item_private_reaches_its_files_through_the_related_lookup(tracked, committing):
+    item = Item.objects.order_by("pk").first()
+    with committing():
+        item.is_public = False
+        item.save()
+    assert {(c, loc) for c, loc, _ in changes(tracked[0])} == {("deleted", f"http://testserver{f.get_absolute_url()}") for f in item.files.all()}

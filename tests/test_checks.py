@@ -33,6 +33,7 @@ def test_default_configuration_is_clean():
         ({"BASE_URL": "https://not-allowed.example"}, "resourcesync.E016"),
         ({"CHANGELIST_PERIOD": "fortnightly"}, "resourcesync.E014"),
         ({"CHANGELIST_RETENTION": 0}, "resourcesync.E015"),
+        ({"BACKGROUND_DISPATCH": "yes"}, "resourcesync.E018"),
     ],
 )
 def test_bad_settings(settings, override, expected):
@@ -96,3 +97,13 @@ def test_admin_form_rejects_a_filter_the_source_cannot_apply(db):
         data={"name": "X", "slug": "x", "source": "metadata", "lookups": '{"collection__slug": "theses"}', "capabilities": ["resourcelist"], "position": 0}
     )
     assert form.is_valid(), form.errors
+
+
+def test_related_models_lookup_that_leads_nowhere(monkeypatch):
+    from django_resourcesync.sources import registry
+    from example_project.repository.models import Item
+
+    monkeypatch.setattr(type(registry.get("bitstreams")), "related_models", {Item: "itme"})
+    found = ids()
+    assert "resourcesync.E017" in found and "itme" in found["resourcesync.E017"].msg
+    assert "item__collection" in found["resourcesync.E017"].hint

@@ -12,14 +12,12 @@ class BitstreamSource(sources.ResourceSource):
     """Every file of every public item, with the bytes of the file itself."""
 
     name = "bitstreams"
-    # A file leaves the set when its item is made private: changes to items concern it too.
-    related_models = (Item,)
+    # A file leaves the set when its item is made private: changes to items concern it too
+    # (the files of an item are those whose "item" is that item).
+    related_models = {Item: "item"}
 
     def items(self):
         return ItemFile.objects.filter(item__is_public=True).select_related("item")
-
-    def affected(self, instance):
-        return instance.files.values_list("pk", flat=True)
 
     def lastmod(self, obj):
         return obj.modified
@@ -43,13 +41,10 @@ class MetadataRecordSource(sources.ViewSource):
 
     name = "metadata"
     # The record shows its collection's name.
-    related_models = (Collection,)
+    related_models = {Collection: "collection"}
 
     def items(self):
         return Item.objects.filter(is_public=True).select_related("collection")
-
-    def affected(self, instance):
-        return instance.items.values_list("pk", flat=True)
 
     def location(self, obj):
         return obj.get_metadata_url()

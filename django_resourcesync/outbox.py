@@ -1,0 +1,221 @@
+"""Pending changes on their way to the database and the workers, at the least cost to a save.
+
+A save of a tracked object leaves a :class:`~.models.PendingChange` row (the outbox) and, once
+committed, asks a worker to process it (the ``resourcesync.process_changes`` task). Both steps are
+cheap to write and expensive to do one save at a time: a transaction of its own for the row, and
+a round trip to the broker for the task. So:
+
+- **inside a transaction** (``ATOMIC_REQUESTS``, the admin, ``transaction.atomic()``), the rows
+  are inserted at once, in the saving transaction: they commit, or roll back, with the save. The
+  commit then hands the task to the :class:`Dispatcher`;
+- **in autocommit**, the save has already committed when the signal arrives, so the rows cannot
+  share its transaction anyway: they go to the :class:`Dispatcher` too, which writes them just
+  after, together with those of other saves, in one transaction;
+- the :class:`Dispatcher` is a thread of the process that sends one task for everything it
+  gathered since the last one. A task only has to start after the changes it is for committed:
+  it processes every pending row it finds, whoever queued it.
+
+When tasks run in process (``CELERY_TASK_ALWAYS_EAGER``, the demo's default) or the
+``BACKGROUND_DISPATCH`` setting is off, there is no thread: rows are inserted in the save's
+transaction and the task runs (or is sent) by ``transaction.on_commit``.
+
+The process flushes what the thread still holds when it exits, and after each Celery task. A
+process killed in the milliseconds between a save's commit and the thread's write loses that
+pending change; the periodic reconcile finds the difference and records it.
+"""
+
+import atexit
+import logging
+import os
+import threading
+import time
+
+from django.db import connections, router, transaction
+from django.utils import timezone
+
+from .conf import app_settings
+from .models import PendingChange
+
+logger = logging.getLogger(__name__)
+
+#: How long the thread waits after the first change it is told of, to gather those that follow.
+GATHER_SECONDS = 0.02
+#: Attempts at writing rows (or sending the task) before giving up on them; reconcile catches up.
+ATTEMPTS = 5
+
+
+def insert(rows, using):
+    """Insert ``(source, object_pk, related)`` rows as pending changes, in ``using``'s current
+    transaction: one statement, none of the ORM's per-object work."""
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    table = quote(PendingChange._meta.db_table)
+    columns = ", ".join(quote(name) for name in ("source", "object_pk", "related", "recorded"))
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s)",
+            [(source, key, related, now) for source, key, related in rows],
+        )
+
+
+def tasks_run_in_process():
+    from celery import current_app
+
+    return bool(current_app.conf.task_always_eager)
+
+
+def in_background():
+    return app_settings.BACKGROUND_DISPATCH and not tasks_run_in_process()
+
+
+def send(source_names):
+    """Queue the processing of these sources' pending changes (or run it, for eager tasks)."""
+    from .tasks import process_changes_task
+
+    process_changes_task.delay(sorted(source_names))
+
+
+class Dispatcher:
+    """A thread that writes pending changes handed over after their save committed, and queues
+    their processing: one transaction and one task for all that arrived meanwhile."""
+
+    def __init__(self):
+        self._reset()
+        if hasattr(os, "register_at_fork"):
+            # A forked child (a prefork worker, a forking server) starts with no thread and
+            # nothing to send: what the parent held is the parent's to write.
+            os.register_at_fork(after_in_child=self._reset)
+        atexit.register(self.flush)
+
+    def _reset(self):
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self._wake = threading.Event()
+        self._rows = {}  # using -> [(source, object_pk, related)]
+        self._sources = set()
+        self._busy = False
+        self._thread = None
+
+    def submit(self, *, rows=None, using=None, sources=()):
+        """Hand over rows to insert (in database ``using``) and sources to queue processing for."""
+        with self._lock:
+            if rows:
+                self._rows.setdefault(using, []).extend(rows)
+                self._sources.update(source for source, _key, _related in rows)
+            self._sources.update(sources)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="resourcesync-dispatch", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def pending(self):
+        with self._lock:
+            return bool(self._rows or self._sources or self._busy)
+
+    def flush(self, timeout=10.0):
+        """Wait until everything handed over is written and queued; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._rows or self._sources or self._busy:
+                if self._thread is None or not self._thread.is_alive():
+                    break  # nothing left to do it (the interpreter is going down): do it here
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._wake.set()
+                self._done.wait(remaining)
+            else:
+                return True
+        self._round()
+        return not self.pending()
+
+    def _run(self):
+        while True:
+            self._wake.wait()
+            time.sleep(GATHER_SECONDS)
+            self._wake.clear()
+            self._round()
+
+    def _round(self):
+        with self._lock:
+            rows, sources = self._rows, self._sources
+            self._rows, self._sources = {}, set()
+            self._busy = bool(rows or sources)
+        try:
+            if rows or sources:
+                self._deliver(rows, sources)
+        finally:
+            with self._lock:
+                self._busy = False
+                self._done.notify_all()
+
+    def _deliver(self, rows, sources):
+        for using, using_rows in rows.items():
+            if not self._attempt(f"write {len(using_rows)} pending changes", self._write, using, using_rows):
+                logger.error(
+                    "%d pending changes of %s could not be written; the next reconcile finds them", len(using_rows), sorted(sources)
+                )
+        if sources and not self._attempt("queue change processing", send, sources):
+            logger.error("Change processing for %s could not be queued; it waits for the next run", sorted(sources))
+
+    @staticmethod
+    def _write(using, rows):
+        connection = connections[using]
+        connection.close_if_unusable_or_obsolete()
+        with transaction.atomic(using=using):
+            insert(rows, using)
+
+    @staticmethod
+    def _attempt(what, func, *args):
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                func(*args)
+                return True
+            except Exception:
+                logger.warning("Could not %s (attempt %d of %d)", what, attempt, ATTEMPTS, exc_info=True)
+                if attempt < ATTEMPTS:
+                    time.sleep(0.2 * 2**attempt)
+        return False
+
+
+dispatcher = Dispatcher()
+
+
+class _OnCommit:
+    """The on-commit callback of one transaction: queues processing for the sources it touched."""
+
+    def __init__(self, sources):
+        self.sources = set(sources)
+        self.done = False
+
+    def __call__(self):
+        self.done = True
+        if in_background():
+            dispatcher.submit(sources=self.sources)
+            return
+        try:
+            send(self.sources)
+        except Exception:  # a broker outage must not fail the committed save; beat catches up
+            logger.exception("Could not queue change processing for %s; it waits for the next run", sorted(self.sources))
+
+
+def record(rows, using=None):
+    """Record ``(source, object_pk, related)`` rows as pending changes, and have them processed
+    after the commit (see the module's description for how)."""
+    if not rows:
+        return
+    using = using or router.db_for_write(PendingChange)
+    connection = connections[using]
+    if not connection.in_atomic_block and in_background():
+        dispatcher.submit(rows=rows, using=using)
+        return
+    insert(rows, using)
+    sources = {source for source, _key, _related in rows}
+    if connection.in_atomic_block:
+        # One callback per transaction: find the one already registered, if any.
+        for _sids, func, _robust in connection.run_on_commit:
+            if isinstance(func, _OnCommit) and not func.done:
+                func.sources.update(sources)
+                return
+    transaction.on_commit(_OnCommit(sources), using=using)
