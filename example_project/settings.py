@@ -6,13 +6,24 @@ switched to a production stack through the environment:
 - ``RESOURCESYNC_BASE_URL``: absolute base of the published URIs (default http://127.0.0.1:8000);
 - ``DATABASE_URL``: ``postgres://user:password@host:port/name`` (default: SQLite in var/);
 - ``CELERY_BROKER_URL``: e.g. ``redis://127.0.0.1:6379/0`` (default: tasks run in process);
+- ``AWS_STORAGE_BUCKET_NAME``: documents and dump packages in this S3 bucket through
+  django-storages (default: files in var/resourcesync), with ``AWS_S3_ENDPOINT_URL`` (an
+  S3-compatible service; default Amazon S3), ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``
+  (default: boto3's own lookup: its configuration files, an instance role) and
+  ``AWS_S3_REGION_NAME``;
 - ``DJANGO_DEBUG``: ``1`` for debug mode;
 - ``EXAMPLE_VAR_DIR``: where the SQLite database and media files live (default ./var).
+
+With django-celery-beat installed (the ``beat`` extra), beat's schedules are kept in the
+database and edited in the admin; ``CELERY_BEAT_SCHEDULE`` below seeds them.
 """
 
+import importlib.util
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+from celery.schedules import crontab
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("EXAMPLE_VAR_DIR", BASE_DIR / "var"))
@@ -103,6 +114,24 @@ STORAGES = {
     },
 }
 
+
+def s3_storage_from_environment(environ):
+    """The documents' storage on the S3 bucket the AWS_* variables name, or ``None``."""
+    if not environ.get("AWS_STORAGE_BUCKET_NAME"):
+        return None
+    options = {
+        "bucket_name": environ["AWS_STORAGE_BUCKET_NAME"],
+        "endpoint_url": environ.get("AWS_S3_ENDPOINT_URL") or None,
+        "access_key": environ.get("AWS_ACCESS_KEY_ID") or None,
+        "secret_key": environ.get("AWS_SECRET_ACCESS_KEY") or None,
+        "region_name": environ.get("AWS_S3_REGION_NAME") or None,
+        "file_overwrite": False,
+    }
+    return {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": options}
+
+
+STORAGES["resourcesync"] = s3_storage_from_environment(os.environ) or STORAGES["resourcesync"]
+
 RESOURCESYNC = {
     "BASE_URL": os.environ.get("RESOURCESYNC_BASE_URL", "http://127.0.0.1:8000"),
     "STORAGE": "resourcesync",
@@ -116,6 +145,19 @@ CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+
+# What `celery -A example_project beat` runs (see docs/schedules.rst).
+CELERY_BEAT_SCHEDULE = {
+    "resourcesync-rebuild-all": {"task": "resourcesync.rebuild_all", "schedule": crontab(hour=2, minute=30)},
+    "resourcesync-process-changes": {"task": "resourcesync.process_changes", "schedule": 60.0},
+    "resourcesync-close-changelists": {"task": "resourcesync.close_changelists", "schedule": crontab(minute=5)},
+    "resourcesync-package-changes": {"task": "resourcesync.package_changes", "schedule": crontab(hour=0, minute=10)},
+}
+
+# With django-celery-beat (the ``beat`` extra), schedules live in the database, edited in the admin.
+if importlib.util.find_spec("django_celery_beat"):
+    INSTALLED_APPS.append("django_celery_beat")
+    CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 
 LOGGING = {
     "version": 1,

@@ -11,7 +11,8 @@ import os
 import tempfile
 
 os.environ.setdefault("EXAMPLE_VAR_DIR", tempfile.mkdtemp(prefix="resourcesync-tests-"))
-os.environ.pop("CELERY_BROKER_URL", None)
+for name in ("DATABASE_URL", "CELERY_BROKER_URL", "AWS_STORAGE_BUCKET_NAME"):
+    os.environ.pop(name, None)  # the suite's own TEST_* variables choose the stack
 
 from example_project.settings import *  # noqa: E402,F401,F403
 from example_project.settings import database_from_url  # noqa: E402
