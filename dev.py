@@ -5,10 +5,12 @@
     python3 dev.py test     # virtualenv, install, services, the whole test suite (and the docs)
 
 ``test`` runs the suite twice: on the embedded defaults (SQLite, files, tasks in process), then on
-PostgreSQL with a real Celery worker fed by Redis. Where those services are not running it starts
-them, installing them from the system's packages first if they are missing (this needs root and
-apt-get). ``python3 dev.py test --embedded-only`` runs only the first half and needs no service.
-Arguments after ``--`` go to pytest.
+the production stack: PostgreSQL, a real Celery worker fed by Redis, documents in S3 (a local S3
+endpoint, moto's server mode, started from the virtualenv for the run and stopped after it).
+Where PostgreSQL or Redis are not running it starts them, installing them from the system's
+packages first if they are missing (this needs root and apt-get). ``python3 dev.py test
+--embedded-only`` runs only the first half and needs no service. Arguments after ``--`` go to
+pytest.
 """
 
 import argparse
@@ -26,6 +28,11 @@ VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
 PG_URL = os.environ.get("TEST_DATABASE_URL", "postgres://postgres:postgres@127.0.0.1:5432/resourcesync")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+S3_URL = os.environ.get("TEST_S3_ENDPOINT_URL", "")
+PRODUCTION_VARIABLES = (
+    "TEST_DATABASE_URL", "TEST_S3_ENDPOINT_URL", "DATABASE_URL", "CELERY_BROKER_URL",
+    "AWS_STORAGE_BUCKET_NAME", "AWS_S3_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+)
 
 
 def say(message):
@@ -68,12 +75,18 @@ def port_open(port, host="127.0.0.1"):
         return s.connect_ex((host, port)) == 0
 
 
-def wait_for_port(port, what, seconds=60):
+def wait_for_port(port, what, seconds=60, process=None):
     deadline = time.monotonic() + seconds
     while not port_open(port):
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline or (process is not None and process.poll() is not None):
             sys.exit(f"[dev] {what} did not start on port {port}")
         time.sleep(0.5)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def ensure_postgresql():
@@ -97,6 +110,9 @@ def ensure_redis():
         return
     if not shutil.which("redis-server"):
         apt_install("redis-server")
+        time.sleep(1)  # the package's own start, where the system runs one
+        if port_open(6379):
+            return
     say("starting Redis")
     run("redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "--port", "6379", "--save", "", "--appendonly", "no")
     wait_for_port(6379, "Redis")
@@ -104,9 +120,8 @@ def ensure_redis():
 
 def demo(args):
     ensure_virtualenv()
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="example_project.settings")
-    for name in ("DATABASE_URL", "CELERY_BROKER_URL"):
-        env.pop(name, None)
+    env = {k: v for k, v in os.environ.items() if k not in PRODUCTION_VARIABLES}
+    env["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
     env.setdefault("RESOURCESYNC_BASE_URL", f"http://127.0.0.1:{args.port}")
     manage = [PYTHON, "manage.py"]
     run(*manage, "migrate", "--no-input", "-v0", env=env)
@@ -124,20 +139,59 @@ def demo(args):
         pass
 
 
+class S3Endpoint:
+    """A local S3 endpoint for the run: moto's server mode, from the virtualenv."""
+
+    def __init__(self):
+        self.process = None
+        self.url = S3_URL
+
+    def __enter__(self):
+        if not self.url:
+            port = free_port()
+            say(f"starting a local S3 endpoint on port {port}")
+            self.process = subprocess.Popen(
+                [PYTHON, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            wait_for_port(port, "the S3 endpoint", process=self.process)
+            self.url = f"http://127.0.0.1:{port}"
+        return self.url
+
+    def __exit__(self, *exc):
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def timed(what, *command, env):
+    say(what)
+    started = time.monotonic()
+    code = run(*command, env=env, check=False).returncode
+    say(f"{what}: {'passed' if code == 0 else f'FAILED (exit {code})'} in {time.monotonic() - started:.0f}s")
+    return code
+
+
 def test(args):
     ensure_virtualenv()
     pytest = [PYTHON, "-m", "pytest", *args.pytest_args]
-    env = {k: v for k, v in os.environ.items() if k not in ("TEST_DATABASE_URL", "DATABASE_URL", "CELERY_BROKER_URL")}
+    env = {k: v for k, v in os.environ.items() if k not in PRODUCTION_VARIABLES}
     say("docs: sphinx-build -W")
     run(PYTHON, "-m", "sphinx", "-W", "-q", "-b", "html", "docs", "docs/_build/html", env=env)
-    say("test suite, embedded defaults (SQLite, files, tasks in process)")
-    embedded = run(*pytest, env=env, check=False).returncode
+    embedded = timed("test suite, embedded defaults (SQLite, files, tasks in process)", *pytest, env=env)
     if args.embedded_only:
         sys.exit(embedded)
     ensure_postgresql()
     ensure_redis()
-    say("test suite, PostgreSQL with a Celery worker on Redis")
-    production = run(*pytest, env=dict(env, TEST_DATABASE_URL=PG_URL, TEST_REDIS_URL=REDIS_URL), check=False).returncode
+    with S3Endpoint() as s3_url:
+        production = timed(
+            "test suite, production stack (PostgreSQL, a Celery worker on Redis, S3)", *pytest,
+            env=dict(env, TEST_DATABASE_URL=PG_URL, TEST_REDIS_URL=REDIS_URL, TEST_S3_ENDPOINT_URL=s3_url),
+        )
     sys.exit(embedded or production)
 
 

@@ -5,6 +5,11 @@
   unset, tasks run in process.
 - ``TEST_FILES_DIR`` puts media and documents in that folder (a worker started by a test shares
   the test's folder this way).
+- ``TEST_REDIS_URL`` and ``TEST_S3_ENDPOINT_URL`` are read by the tests that start a worker or use
+  S3 (tests/test_worker.py, tests/test_s3.py, tests/test_stack.py).
+
+The production variables of the example project (``DATABASE_URL``, ``CELERY_BROKER_URL``,
+``AWS_STORAGE_BUCKET_NAME``) are ignored here: the variables above choose the stack.
 """
 
 import os
