@@ -236,6 +236,11 @@ class ResourceSource:
     name = None
     model = None
     changefreq = None
+    #: Whether :meth:`fingerprint` changes whenever anything the entry shows does (URI, lastmod,
+    #: links, bytes, media type), not only the bytes. Then reconciling (and rebuilding) skips
+    #: describing again an object whose fingerprint has not changed: much faster, and correct
+    #: only if the promise holds.
+    fingerprint_covers_entry = False
     #: Other models whose saves and deletes can change this source's entries (for example the
     #: item of a file, when ``items()`` leaves out the files of private items). A mapping
     #: ``{Model: "lookup"}`` gives the lookup from the source's objects to the related one

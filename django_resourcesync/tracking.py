@@ -62,11 +62,16 @@ class ChangeCounts:
 # -- describing an object -------------------------------------------------------------------
 
 
-def entry_values(source, obj, known=None):
+def fingerprint_of(source, obj):
+    fingerprint = source.fingerprint(obj)
+    return "" if fingerprint is None else str(fingerprint)[:512]
+
+
+def entry_values(source, obj, known=None, fingerprint=None):
     """Field values of the Resource row for ``obj``; reuses ``known``'s hashes when its
     fingerprint did not change. Raises UnpublishableResource when ``obj`` cannot be listed."""
-    fingerprint = source.fingerprint(obj)
-    fingerprint = "" if fingerprint is None else str(fingerprint)[:512]
+    if fingerprint is None:
+        fingerprint = fingerprint_of(source, obj)
     representation = None
     if known is not None and fingerprint and known.fingerprint == fingerprint and known.sha256:
         representation = Representation(known.md5, known.sha256, known.length, known.media_type or None)
@@ -102,8 +107,9 @@ class SetWriter:
     def apply(self, objects):
         """``objects``: ``{object_pk: obj or None}``, ``None`` for an object that is not (or no
         longer) among the set's items."""
-        keys = list(objects)
-        known = {row.object_pk: row for row in Resource.objects.filter(resource_set=self.resource_set, object_pk__in=keys)}
+        keys, fingerprints = self._unvouched(objects)
+        recorded = Resource.objects.filter(resource_set=self.resource_set, object_pk__in=keys)
+        known = {row.object_pk: row for row in recorded}
         creates, updates, deletes, events = [], [], [], []
         now = timezone.now()
         for key in keys:
@@ -111,7 +117,7 @@ class SetWriter:
             values = None
             if obj is not None:
                 try:
-                    values = entry_values(self.source, obj, row)
+                    values = entry_values(self.source, obj, row, fingerprints.get(key))
                 except UnpublishableResource as exc:
                     logger.warning("Set %s: %r is not published: %s", self.resource_set.slug, obj, exc)
                     self.counts.skipped += 1
@@ -141,15 +147,34 @@ class SetWriter:
             row.recorded = now
             updates.append(row)
         creates, updates, events = self._without_uri_clashes(creates, updates, events)
-        if deletes:
-            Resource.objects.filter(pk__in=[row.pk for row in deletes]).delete()
-        # In batches: one UPDATE of thousands of CASE branches is slow to build and to plan.
-        Resource.objects.bulk_update(updates, [*ENTRY_FIELDS, "recorded"], batch_size=500)
-        Resource.objects.bulk_create(creates)
+        # Changed rows are replaced (deleted and inserted again with their keys): far cheaper
+        # than the UPDATE ... CASE statements of bulk_update, on every database.
+        gone = [row.pk for row in deletes + updates]
+        for start in range(0, len(gone), 1000):
+            Resource.objects.filter(pk__in=gone[start : start + 1000]).delete()
+        Resource.objects.bulk_create(updates + creates, batch_size=1000)
         for event, _links in events:
             setattr(self.counts, event.change, getattr(self.counts, event.change) + 1)
         if self.record_events:
             self.log.append(events)
+
+    def _unvouched(self, objects):
+        """The keys of ``objects`` to describe and compare with their record, and the
+        fingerprints computed on the way. When the source's fingerprint covers its entries, an
+        object whose fingerprint matches its record's is left out, unchanged, unread."""
+        if not self.source.fingerprint_covers_entry:
+            return list(objects), {}
+        fingerprints = {}
+        for key, obj in objects.items():
+            if obj is not None:
+                try:
+                    fingerprints[key] = fingerprint_of(self.source, obj)
+                except UnpublishableResource:
+                    pass  # described below, where it is reported
+        recorded = Resource.objects.filter(resource_set=self.resource_set, object_pk__in=list(fingerprints))
+        unchanged = {key for key, fingerprint in recorded.values_list("object_pk", "fingerprint") if fingerprint and fingerprints[key] == fingerprint}
+        self.counts.unchanged += len(unchanged)
+        return [key for key in objects if key not in unchanged], fingerprints
 
     def _event(self, key, change, values):
         """A change event (its datetime and entry are set by the ChangeLog), with its links."""
@@ -214,7 +239,8 @@ def apply(resource_set, objects):
 
 
 def _batches(queryset, batch_size):
-    """Yield lists of objects in primary-key order, by keyset pagination."""
+    """Yield lists of objects (or of ``values_list`` rows starting with the key) in primary-key
+    order, by keyset pagination."""
     last = None
     while True:
         page = queryset.order_by("pk")
@@ -224,7 +250,7 @@ def _batches(queryset, batch_size):
         if not batch:
             return
         yield batch
-        last = batch[-1].pk
+        last = batch[-1][0] if isinstance(batch[-1], tuple) else batch[-1].pk
 
 
 def reconcile(resource_set, *, batch_size=None, progress=None):
@@ -246,8 +272,8 @@ def reconcile(resource_set, *, batch_size=None, progress=None):
         if progress:
             progress("reconcile", seen, total)
     # Rows whose object left the source: deleted, made private, filtered out.
-    for batch in _batches(Resource.objects.filter(resource_set=resource_set).only("pk", "object_pk"), batch_size):
-        keys = [row.object_pk for row in batch]
+    for batch in _batches(Resource.objects.filter(resource_set=resource_set).values_list("pk", "object_pk"), batch_size):
+        keys = [key for _pk, key in batch]
         present = {str(pk) for pk in queryset.filter(pk__in=keys).values_list("pk", flat=True)}
         gone = {key: None for key in keys if key not in present}
         if gone:

@@ -404,3 +404,19 @@ def test_making_an_item_private_reaches_its_files_through_the_related_lookup(tra
         item.is_public = False
         item.save()
     assert {(c, loc) for c, loc, _ in changes(tracked[0])} == {("deleted", f"http://testserver{f.get_absolute_url()}") for f in item.files.all()}
+
+
+def test_reconcile_trusts_a_fingerprint_that_covers_the_entry(tracked, committing, monkeypatch):
+    described = []
+    original = tracking.entry_values
+    monkeypatch.setattr(tracking, "entry_values", lambda *a, **k: described.append(a[1]) or original(*a, **k))
+    with committing():
+        call_command("resourcesync_reconcile", verbosity=0)
+    assert described == [], "nothing changed: no object described again"
+    f = ItemFile.objects.order_by("pk").first()
+    ItemFile.objects.filter(pk=f.pk).update(media_type="text/csv")  # no signal, no new lastmod
+    with committing():
+        call_command("resourcesync_reconcile", verbosity=0)
+    assert [obj.pk for obj in described] == [f.pk]
+    [(change, loc, meta)] = changes(tracked[0])
+    assert (change, loc, meta["type"]) == ("updated", f"http://testserver{f.get_absolute_url()}", "text/csv")

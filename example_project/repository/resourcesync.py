@@ -15,12 +15,18 @@ class BitstreamSource(sources.ResourceSource):
     # A file leaves the set when its item is made private: changes to items concern it too
     # (the files of an item are those whose "item" is that item).
     related_models = {Item: "item"}
+    # The fingerprint below covers the URI (item, key, name), lastmod, links and the bytes.
+    fingerprint_covers_entry = True
 
     def items(self):
         return ItemFile.objects.filter(item__is_public=True).select_related("item")
 
     def lastmod(self, obj):
         return obj.modified
+
+    def fingerprint(self, obj):
+        of_file = super().fingerprint(obj)  # the file's name, size and lastmod; None if unreadable
+        return None if of_file is None else f"{obj.item_id}:{obj.pk}:{obj.name}:{obj.media_type}:{of_file}"
 
     def file(self, obj):
         return obj.file
@@ -52,10 +58,13 @@ class MetadataRecordSource(sources.ViewSource):
     def lastmod(self, obj):
         return obj.modified
 
+    # The fingerprint below covers everything the entry shows (URI, lastmod, links) and the record.
+    fingerprint_covers_entry = True
+
     def fingerprint(self, obj):
         # Everything the record shows: it is rendered again only when one of these changes,
         # whichever way the change was made (a save, queryset.update(), raw SQL).
-        shown = (obj.pk, obj.title, obj.creator, obj.abstract, obj.collection.name)
+        shown = (obj.pk, obj.title, obj.creator, obj.abstract, obj.collection.name, obj.modified)
         return hashlib.sha256(repr(shown).encode()).hexdigest()
 
     def links(self, obj):
