@@ -41,6 +41,9 @@ DEFAULTS = {
     # Seconds a build lock lasts if its holder dies without releasing it (it is renewed while
     # the build runs).
     "BUILD_LOCK_TIMEOUT": 600,
+    # Times the task of one part of a parallel build may start (a retry after an error, or a
+    # redelivery after its worker died) before the build is failed.
+    "PART_ATTEMPTS": 3,
     # Serve documents by redirecting to the storage URL instead of streaming them through Django.
     "SERVE_BY_REDIRECT": False,
     # When an open Change List closes: "hourly", "daily", "weekly" or a number of seconds

@@ -282,3 +282,31 @@ class BuildLock(models.Model):
         constraints = [models.UniqueConstraint(fields=["resource_set", "capability"], name="resourcesync_one_build_lock")]
         verbose_name = _("build lock")
         verbose_name_plural = _("build locks")
+
+
+class BuildPart(models.Model):
+    """One part of a build: the set's Resource rows with ``after_pk < pk <= last_pk``.
+
+    A build past one document's limits is planned as parts before any is rendered, so that each
+    part is the same rows whoever renders it, and however often: a Celery task each when the
+    build runs on workers (see :mod:`django_resourcesync.builders.parts`). ``done`` is set, in
+    the transaction that records its documents, when the part is complete.
+    """
+
+    build = models.ForeignKey(Build, on_delete=models.CASCADE, related_name="parts")
+    number = models.PositiveIntegerField()
+    after_pk = models.BigIntegerField()
+    last_pk = models.BigIntegerField()
+    documents = models.PositiveIntegerField(default=0, help_text=_("Documents rendered from its rows (more than one past the byte limit)."))
+    entries = models.PositiveBigIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0, help_text=_("Times a task started rendering it."))
+    done = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["build", "number"]
+        constraints = [models.UniqueConstraint(fields=["build", "number"], name="resourcesync_build_part_number")]
+        verbose_name = _("build part")
+        verbose_name_plural = _("build parts")
+
+    def __str__(self):
+        return f"{self.build} part {self.number}"

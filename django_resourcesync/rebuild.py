@@ -1,7 +1,5 @@
 """One entry point for bringing a set's documents up to date, shared by tasks and commands."""
 
-import time
-
 from django.utils import timezone
 
 from . import capabilities, tracking
@@ -11,21 +9,26 @@ from .builders.resourcedump import build_resourcedump
 from .builders.resourcelist import build_resourcelist
 
 
-def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None):
+def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None, parallel=False, refresh=True):
     """Bring every enabled capability of the set (or those in ``only``) up to date.
 
     The set's record is brought in line with the site first (pending changes, then a reconcile,
-    which records any change that bypassed the signals); then the Resource List and Resource Dump
-    are built and published, an open Change List whose period is over is closed (the open list
-    itself is served live and needs no build), and the changes not yet in a Change Dump package
-    are packaged. Returns the builds (Resource List, Resource Dump).
+    which records any change that bypassed the signals; not with ``refresh=False``); then the
+    Resource List and Resource Dump are built and published, an open Change List whose period is
+    over is closed (the open list itself is served live and needs no build), and the changes not
+    yet in a Change Dump package are packaged. Returns the builds (Resource List, Resource Dump).
+
+    With ``parallel`` (a Celery worker runs this), a Resource List past one document is rendered
+    in parts by Celery tasks: its build is returned running, and is published by the task that
+    completes it (see :mod:`~django_resourcesync.builders.parts`).
     """
     wanted = [c for c, _label in capabilities.CAPABILITY_CHOICES if resource_set.has_capability(c) and (not only or c in only)]
     if not wanted:
         return []
     try:
-        tracking.process_pending([resource_set.source], batch_size=batch_size)
-        tracking.reconcile(resource_set, progress=progress, batch_size=batch_size)
+        if refresh:
+            tracking.process_pending([resource_set.source], batch_size=batch_size)
+            tracking.reconcile(resource_set, progress=progress, batch_size=batch_size)
     except Exception as exc:
         # Recorded on the builds it stopped, so the admin shows why nothing was published.
         for capability in (capabilities.RESOURCELIST, capabilities.RESOURCEDUMP):
@@ -33,10 +36,13 @@ def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None):
                 BuildContext(resource_set, capability, at=timezone.now()).fail(exc)
         raise
     builds = []
-    for capability, builder in ((capabilities.RESOURCELIST, build_resourcelist), (capabilities.RESOURCEDUMP, build_resourcedump)):
-        if capability in wanted:
-            with build_lock(resource_set, capability) as lock:
-                builds.append(builder(resource_set, refresh=False, progress=_renewing(lock, progress), batch_size=batch_size))
+    if capabilities.RESOURCELIST in wanted:
+        with build_lock(resource_set, capabilities.RESOURCELIST) as lock:
+            builds.append(build_resourcelist(resource_set, refresh=False, progress=lock.renewing(progress), batch_size=batch_size,
+                                             parallel=parallel, lock=lock))
+    if capabilities.RESOURCEDUMP in wanted:
+        with build_lock(resource_set, capabilities.RESOURCEDUMP) as lock:
+            builds.append(build_resourcedump(resource_set, refresh=False, progress=lock.renewing(progress), batch_size=batch_size))
     if capabilities.CHANGELIST in wanted:
         with tracking.locked(resource_set):
             changelist.close_due(resource_set)
@@ -46,16 +52,3 @@ def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None):
                 pass  # a backlog past MAX_ENTRIES_PER_DOCUMENT changes takes several packages
     return builds
 
-
-def _renewing(lock, progress):
-    """A progress callback that also keeps the build lock alive while the build runs."""
-    last = [time.monotonic()]
-
-    def report(*args, **kwargs):
-        if time.monotonic() - last[0] > 30:
-            lock.renew()
-            last[0] = time.monotonic()
-        if progress:
-            progress(*args, **kwargs)
-
-    return report

@@ -9,7 +9,7 @@ import logging
 from celery import shared_task
 
 from . import tracking
-from .builders import build_lock, changedump, changelist
+from .builders import BuildAbandoned, build_lock, changedump, changelist, parts
 from .models import ResourceSet
 from .rebuild import rebuild_set
 
@@ -23,15 +23,53 @@ def _summary(resource_set, builds):
     ]
 
 
-@shared_task(name="resourcesync.rebuild_set")
-def rebuild_set_task(set_id, only=None, batch_size=None):
-    """Rebuild one enabled set's documents; returns a summary of the builds."""
+@shared_task(name="resourcesync.rebuild_set", bind=True)
+def rebuild_set_task(self, set_id, only=None, batch_size=None):
+    """Rebuild one enabled set's documents; returns a summary of the builds. Run by a worker, a
+    Resource List past one document is rendered in parts by ``resourcesync.build_part`` tasks,
+    and its build is reported ``running`` until the last of them publishes it."""
     try:
         resource_set = ResourceSet.objects.get(pk=set_id, enabled=True)
     except ResourceSet.DoesNotExist:
         logger.warning("Resource set %s does not exist or is disabled; nothing built", set_id)
         return []
-    return _summary(resource_set, rebuild_set(resource_set, only=only, batch_size=batch_size))
+    return _summary(resource_set, rebuild_set(resource_set, only=only, batch_size=batch_size, parallel=not self.request.is_eager))
+
+
+# A part or final step whose worker dies (even by SIGKILL) goes back to the queue: it is
+# acknowledged only once it has run, and a lost worker's task is rejected for redelivery.
+PART_TASK = {"acks_late": True, "reject_on_worker_lost": True}
+
+
+@shared_task(name="resourcesync.build_part", bind=True, **PART_TASK)
+def build_part_task(self, build_id, number, holder, batch_size=None):
+    """Render one part of a build; the part that completes the build sends its final step. A
+    failing part is retried until ``PART_ATTEMPTS`` tries, then fails the build."""
+    try:
+        complete = parts.run_part(build_id, number, holder, batch_size=batch_size)
+    except BuildAbandoned as exc:
+        parts.fail(build_id, holder, exc)
+        return None
+    except Exception as exc:
+        if not self.request.is_eager and parts.may_retry(build_id, number):
+            raise self.retry(exc=exc, countdown=2**self.request.retries)
+        parts.fail(build_id, holder, exc)
+        raise
+    if complete:
+        finish_build_task.delay(build_id, holder)
+    return complete
+
+
+@shared_task(name="resourcesync.finish_build", **PART_TASK)
+def finish_build_task(build_id, holder):
+    """Check every part of a build, write its index and publish it; on failure the build is
+    marked failed and the documents published before stay."""
+    try:
+        build = parts.run_finish(build_id, holder)
+    except Exception as exc:
+        parts.fail(build_id, holder, exc)
+        raise
+    return build and build.pk
 
 
 @shared_task(name="resourcesync.rebuild_all")

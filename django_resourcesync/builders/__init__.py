@@ -14,6 +14,7 @@ import logging
 import posixpath
 import shutil
 import tempfile
+import time
 import traceback
 import uuid
 
@@ -28,12 +29,17 @@ logger = logging.getLogger(__name__)
 
 
 class BuildContext:
-    """A running build: collects the files written, publishes them or cleans them up."""
+    """A running build: collects the files written, publishes them or cleans them up.
 
-    def __init__(self, resource_set, capability, at):
-        self.resource_set = resource_set
-        self.capability = capability
-        self.build = Build.objects.create(resource_set=resource_set, capability=capability, at=at)
+    ``BuildContext(build=build)`` takes up a build started elsewhere (a part rendered by a task).
+    """
+
+    def __init__(self, resource_set=None, capability=None, at=None, *, build=None):
+        if build is None:
+            build = Build.objects.create(resource_set=resource_set, capability=capability, at=at)
+        self.build = build
+        self.resource_set = build.resource_set
+        self.capability = build.capability
         self.documents = []
 
     def take_snapshot_time(self):
@@ -49,15 +55,18 @@ class BuildContext:
     def storage_name(self, name):
         return storage.storage_name(self.resource_set.slug, self.build.pk, posixpath.basename(name))
 
-    def write(self, name, writer, *, md, links=(), at=None, completed=None, keep=None):
+    def write(self, name, writer, *, md, links=(), at=None, completed=None, keep=None, replace=False):
         """Finish a :class:`~django_resourcesync.xml.writer.DocumentWriter` into storage as
         ``name``. ``keep``, a binary file, also receives the document (a manifest that goes into
-        a package too)."""
+        a package too). ``replace`` first deletes a file left under that name (by an attempt at
+        a part that was killed before it recorded it), so the name stays the same."""
         with tempfile.TemporaryFile() as tmp:
             writer.finish(tmp, md=md, links=links)
             if keep is not None:
                 tmp.seek(0)
                 shutil.copyfileobj(tmp, keep)
+            if replace:
+                storage.get_storage().delete(self.storage_name(name))
             stored = storage.save(self.storage_name(name), tmp)
         return self.record(name, stored, entries=writer.count, size=writer.size, sha256=writer.sha256,
                            is_index=writer.root == "sitemapindex", at=at, completed=completed)
@@ -85,21 +94,31 @@ class BuildContext:
         self.build.delete()
 
     def discard(self):
+        """Remove the files written, those recorded by parts too."""
         storage.delete_quietly([document.storage_name for document in self.documents])
+        self.documents = []
+        # Their files leave storage once this commits (see signals.py).
+        Document.objects.filter(build=self.build).delete()
+
+    def save_documents(self):
+        """Record the files written so far in the database (a part's, while the build runs)."""
+        Document.objects.bulk_create(self.documents)
         self.documents = []
 
     def publish(self, *, entries, completed, report=None):
         """Switch readers over to this build, in one transaction; prune old builds after it."""
         build = self.build
         with transaction.atomic():
-            Document.objects.bulk_create(self.documents)
+            if Build.objects.select_for_update().get(pk=build.pk).status != Build.Status.RUNNING:
+                raise BuildAbandoned(f"{build} is no longer running; not published")
+            self.save_documents()
             previous = Build.objects.select_for_update().filter(
                 resource_set=self.resource_set, capability=self.capability, status=Build.Status.PUBLISHED
             )
             previous.update(status=Build.Status.RETIRED)
             build.status = Build.Status.PUBLISHED
             build.entries = entries
-            build.documents = len(self.documents)
+            build.documents = Document.objects.filter(build=build).count()
             build.completed = completed
             build.report = report or {}
             build.finished = timezone.now()
@@ -112,11 +131,17 @@ class BuildContext:
         return build
 
     def fail(self, exc):
-        self.discard()
-        self.build.status = Build.Status.FAILED
-        self.build.error = "".join(traceback.format_exception(exc))[-10_000:]
-        self.build.finished = timezone.now()
-        self.build.save(update_fields=["status", "error", "finished"])
+        """Mark the build failed and remove its files. A build that is no longer running (a
+        duplicate of a part failing after another copy finished the build) is left as it is."""
+        with transaction.atomic():
+            if not Build.objects.select_for_update().filter(pk=self.build.pk, status=Build.Status.RUNNING).exists():
+                logger.warning("Build %s is no longer running; not marked failed: %s", self.build, exc)
+                return
+            self.discard()
+            self.build.status = Build.Status.FAILED
+            self.build.error = "".join(traceback.format_exception(exc))[-10_000:]
+            self.build.finished = timezone.now()
+            self.build.save(update_fields=["status", "error", "finished"])
         logger.error("Build %s failed: %s", self.build, exc)
 
 
@@ -124,16 +149,26 @@ class BuildInProgress(RuntimeError):
     """Another process holds the lock for this set and capability."""
 
 
+class BuildAbandoned(RuntimeError):
+    """The build was failed meanwhile (a part failed, or its lock expired and went to another)."""
+
+
 class build_lock:
     """``with build_lock(resource_set, capability):`` one build of it at a time, everywhere.
 
     Raises :class:`BuildInProgress` when another holder's lock has not expired. The lock lasts
     ``BUILD_LOCK_TIMEOUT`` seconds; :meth:`renew` extends it during a long build.
+
+    A build whose parts go to Celery tasks outlives the ``with`` block: :meth:`keep` leaves the
+    lock held on exit, and the tasks take it up with ``build_lock(..., holder=...)``, renew it
+    and :meth:`release` it when the build is published or has failed. Taking the lock fails the
+    parallel builds of the set and capability still marked running: their holder is gone.
     """
 
-    def __init__(self, resource_set, capability):
+    def __init__(self, resource_set, capability, holder=None):
         self.resource_set, self.capability = resource_set, capability
-        self.holder = uuid.uuid4().hex
+        self.holder = holder or uuid.uuid4().hex
+        self.kept = False
 
     def _expiry(self):
         return timezone.now() + datetime.timedelta(seconds=app_settings.BUILD_LOCK_TIMEOUT)
@@ -150,15 +185,46 @@ class build_lock:
                     )
             except IntegrityError:
                 raise BuildInProgress(f"a {self.capability} build of {self.resource_set.slug} is already running") from None
+        self._fail_abandoned()
         return self
 
+    def _fail_abandoned(self):
+        abandoned = Build.objects.filter(
+            resource_set=self.resource_set, capability=self.capability, status=Build.Status.RUNNING, parts__isnull=False
+        ).distinct()
+        for build in abandoned:
+            BuildContext(build=build).fail(BuildAbandoned("its build lock expired before it was published"))
+
+    def _mine(self):
+        return BuildLock.objects.filter(resource_set=self.resource_set, capability=self.capability, holder=self.holder)
+
     def renew(self):
-        BuildLock.objects.filter(resource_set=self.resource_set, capability=self.capability, holder=self.holder).update(
-            expires=self._expiry()
-        )
+        """Extend the lock; false if it is not this holder's any more (it expired and was taken)."""
+        return bool(self._mine().update(expires=self._expiry()))
+
+    def renewing(self, progress=None):
+        """A progress callback that also keeps the lock alive while a build runs."""
+        last = [time.monotonic()]
+
+        def report(*args, **kwargs):
+            if time.monotonic() - last[0] > 30:
+                self.renew()
+                last[0] = time.monotonic()
+            if progress:
+                progress(*args, **kwargs)
+
+        return report
+
+    def keep(self):
+        """Leave the lock held when the ``with`` block ends: tasks go on with the build."""
+        self.kept = True
+
+    def release(self):
+        self._mine().delete()
 
     def __exit__(self, *exc_info):
-        BuildLock.objects.filter(resource_set=self.resource_set, capability=self.capability, holder=self.holder).delete()
+        if not self.kept:
+            self.release()
         return False
 
 

@@ -1,38 +1,49 @@
 """Resource List and Resource List Index (spec sections 10.1 and 10.2).
 
-The list is rendered from the set's :class:`~django_resourcesync.models.Resource` rows in one
-ordered scan. While it fits in one document (``MAX_ENTRIES_PER_DOCUMENT`` entries and
-``MAX_DOCUMENT_BYTES`` bytes), ``resourcelist.xml`` is a ``<urlset>``; past that it is a
-``<sitemapindex>`` whose parts, ``resourcelist/<build>/part-NNNNN.xml``, each carry
-``rs:ln rel="up"`` and ``rel="index"``.
+The list is rendered from the set's :class:`~django_resourcesync.models.Resource` rows. While it
+fits in one document (``MAX_ENTRIES_PER_DOCUMENT`` entries and ``MAX_DOCUMENT_BYTES`` bytes),
+``resourcelist.xml`` is a ``<urlset>``; past that it is a ``<sitemapindex>`` whose parts each
+carry ``rs:ln rel="up"`` and ``rel="index"``. The parts are ranges of the rows by primary key,
+planned before any is rendered (see :mod:`~django_resourcesync.builders.parts`), so that Celery
+workers can render them at the same time: part N is ``resourcelist/<build>/part-NNNNN.xml``,
+followed by ``part-NNNNN-2.xml`` and so on if its rows pass the byte limit.
 """
 
 from django.utils import timezone
 
 from .. import capabilities, uris
 from ..conf import app_settings
-from ..models import Resource
+from ..models import Document, Resource
 from ..tracking import process_pending, reconcile
 from ..xml.writer import DocumentWriter, url_element, w3c_datetime
-from . import BuildContext
+from . import BuildContext, parts
 
 NAME = "resourcelist.xml"
+
 
 class _Overflow(Exception):
     """A list planned as a single document outgrew the limits: build it as an index."""
 
 
-def part_name(build, number):
-    return f"resourcelist/{build.pk}/part-{number:05d}.xml"
+def part_name(build, number, document=1):
+    suffix = f"-{document}" if document > 1 else ""
+    return f"resourcelist/{build.pk}/part-{number:05d}{suffix}.xml"
 
 
-def build_resourcelist(resource_set, *, refresh=True, pending=True, progress=None, batch_size=None):
+def build_resourcelist(resource_set, *, refresh=True, pending=True, progress=None, batch_size=None, parallel=False, lock=None):
     """Reconcile the set (unless ``refresh`` is false; first processing its pending changes unless
     ``pending`` is false), render its Resource List and publish it.
+
+    With ``parallel``, a list past one document is planned as parts that are sent to Celery
+    workers as tasks; the build is returned still running, and the task that completes it
+    publishes it. ``lock``, the :class:`~django_resourcesync.builders.build_lock` held for this
+    build, is then kept held until the build is over.
 
     On any error the build is recorded as failed, its files are removed, and the documents
     published before stay in place and served.
     """
+    if parallel and lock is None:
+        raise ValueError("a parallel build needs the build lock it runs under")
     context = BuildContext(resource_set, capabilities.RESOURCELIST, at=timezone.now())
     batch_size = batch_size or app_settings.BATCH_SIZE
     try:
@@ -43,71 +54,102 @@ def build_resourcelist(resource_set, *, refresh=True, pending=True, progress=Non
         context.take_snapshot_time()
         rows = Resource.objects.filter(resource_set=resource_set)
         total = rows.count()
-        try:
-            count, completed = _render(context, rows, total > app_settings.MAX_ENTRIES_PER_DOCUMENT, total, progress, batch_size)
-        except _Overflow:
-            # Planned as one document, the list outgrew the limits: render it as an index.
-            context.discard()
-            count, completed = _render(context, rows, True, total, progress, batch_size)
+        if total <= app_settings.MAX_ENTRIES_PER_DOCUMENT:
+            try:
+                count, completed = _render_single(context, rows, total, progress, batch_size)
+                return context.publish(entries=count, completed=completed)
+            except _Overflow:
+                # Planned as one document, the list outgrew the limits: render it as an index.
+                context.discard()
+        planned = parts.plan(context.build, rows, app_settings.MAX_ENTRIES_PER_DOCUMENT)
+        if parallel:
+            parts.dispatch(context.build, lock, batch_size=batch_size)
+            return context.build
+        return parts.build_in_process(context, planned, progress=progress, total=total, batch_size=batch_size)
     except BaseException as exc:
         context.fail(exc)
         raise
-    return context.publish(entries=count, completed=completed)
 
 
-def _render(context, rows, as_index, total, progress, batch_size):
-    resource_set, build = context.resource_set, context.build
-    max_entries = app_settings.MAX_ENTRIES_PER_DOCUMENT
-    max_bytes = app_settings.MAX_DOCUMENT_BYTES
-    up = {"rel": "up", "href": uris.capability_list_uri(resource_set)}
-    index_uri = uris.document_uri(resource_set, NAME)
-    parts = []
-    writer = DocumentWriter()
-    count = 0
+def _links(resource_set, in_index):
+    links = [{"rel": "up", "href": uris.capability_list_uri(resource_set)}]
+    if in_index:
+        links.append({"rel": "index", "href": uris.document_uri(resource_set, NAME)})
+    return links
 
-    def finish_part():
-        completed = timezone.now()
-        name = part_name(build, len(parts) + 1)
-        md = {"capability": capabilities.RESOURCELIST, "at": w3c_datetime(build.at), "completed": w3c_datetime(completed)}
-        context.write(name, writer, md=md, links=[up, {"rel": "index", "href": index_uri}], at=build.at, completed=completed)
-        parts.append((name, completed))
 
+def _md(build, completed):
+    return {"capability": capabilities.RESOURCELIST, "at": w3c_datetime(build.at), "completed": w3c_datetime(completed)}
+
+
+def _entries(rows, batch_size):
     # Each row carries its <url> element, rendered when the resource last changed: the list is
-    # one ordered scan that copies text, with no per-resource formatting.
-    for entry in rows.order_by("uri").values_list("entry_xml", flat=True).iterator(chunk_size=batch_size):
-        entry = entry.encode("utf-8")
-        if not writer.fits(len(entry), max_entries, max_bytes):
-            if not as_index:
-                writer.discard()
-                raise _Overflow
-            finish_part()
+    # an ordered scan that copies text, with no per-resource formatting.
+    for entry in rows.order_by("pk").values_list("entry_xml", flat=True).iterator(chunk_size=batch_size):
+        yield entry.encode("utf-8")
+
+
+def _render_single(context, rows, total, progress, batch_size):
+    writer = DocumentWriter()
+    for entry in _entries(rows, batch_size):
+        if not writer.fits(len(entry), app_settings.MAX_ENTRIES_PER_DOCUMENT, app_settings.MAX_DOCUMENT_BYTES):
+            writer.discard()
+            raise _Overflow
+        writer.add(entry)
+    completed = timezone.now()
+    build = context.build
+    context.write(NAME, writer, md=_md(build, completed), links=_links(context.resource_set, False), at=build.at, completed=completed)
+    if progress:
+        progress("resourcelist", writer.count, total)
+    return writer.count, completed
+
+
+def render_part(context, part, *, progress=None, batch_size):
+    """Write the rows of ``part`` into its documents (kept in ``context.documents``); returns
+    ``(documents, entries)``. Rendering a part again overwrites its files."""
+    build = context.build
+    rows = Resource.objects.filter(resource_set=context.resource_set, pk__gt=part.after_pk, pk__lte=part.last_pk)
+    links = _links(context.resource_set, True)
+    written = 0
+    count = 0
+    writer = DocumentWriter()
+
+    def finish_document():
+        completed = timezone.now()
+        name = part_name(build, part.number, written + 1)
+        context.write(name, writer, md=_md(build, completed), links=links, at=build.at, completed=completed, replace=True)
+
+    for entry in _entries(rows, batch_size):
+        if not writer.fits(len(entry), app_settings.MAX_ENTRIES_PER_DOCUMENT, app_settings.MAX_DOCUMENT_BYTES):
+            finish_document()
+            written += 1
             writer = DocumentWriter()
         writer.add(entry)
         count += 1
         if progress and count % 10_000 == 0:
-            progress("resourcelist", count, total)
-
-    completed = timezone.now()
-    if not as_index:
-        md = {"capability": capabilities.RESOURCELIST, "at": w3c_datetime(build.at), "completed": w3c_datetime(completed)}
-        context.write(NAME, writer, md=md, links=[up], at=build.at, completed=completed)
+            progress(count)
+    if writer.count or not written:
+        finish_document()
+        written += 1
     else:
-        if writer.count or not parts:
-            finish_part()
-        else:
-            writer.discard()
-        index = DocumentWriter(root="sitemapindex")
-        for name, part_completed in parts:
-            index.add(
-                url_element(
-                    uris.document_uri(resource_set, name),
-                    md={"at": w3c_datetime(build.at), "completed": w3c_datetime(part_completed)},
-                    tag="sitemap",
-                )
-            )
-        completed = timezone.now()
-        md = {"capability": capabilities.RESOURCELIST, "at": w3c_datetime(build.at), "completed": w3c_datetime(completed)}
-        context.write(NAME, index, md=md, links=[up], at=build.at, completed=completed)
-    if progress:
-        progress("resourcelist", count, total)
-    return count, completed
+        writer.discard()
+    return written, count
+
+
+def part_documents(build, part):
+    """Names of the documents of a done part, whose entries add up to the part's."""
+    return [part_name(build, part.number, document) for document in range(1, part.documents + 1)]
+
+
+def finish(context, done):
+    """Write the Resource List Index over the parts ``done``; returns ``(entries, completed, report)``."""
+    resource_set, build = context.resource_set, context.build
+    recorded = {document.name: document for document in Document.objects.filter(build=build)}
+    index = DocumentWriter(root="sitemapindex")
+    for part in done:
+        for name in part_documents(build, part):
+            md = {"at": w3c_datetime(build.at), "completed": w3c_datetime(recorded[name].completed)}
+            index.add(url_element(uris.document_uri(resource_set, name), md=md, tag="sitemap"))
+    completed = timezone.now()
+    context.write(NAME, index, md=_md(build, completed), links=_links(resource_set, False), at=build.at, completed=completed)
+    return sum(part.entries for part in done), completed, {}
