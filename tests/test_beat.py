@@ -45,6 +45,9 @@ def test_the_documented_and_the_example_schedules_name_tasks_the_workers_run():
     }
 
 
+# The scheduler commits and closes its database connection between ticks, as beat does: not
+# inside a test's transaction.
+@pytest.mark.django_db(transaction=True)
 def test_a_periodic_task_added_in_the_admin_is_run_by_the_database_scheduler(admin_client):
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
     from django_celery_beat.schedulers import DatabaseScheduler
