@@ -86,6 +86,8 @@ class Resource(models.Model):
             models.UniqueConstraint(fields=["resource_set", "object_pk"], name="resourcesync_resource_object"),
             models.UniqueConstraint(fields=["resource_set", "uri"], name="resourcesync_resource_uri"),
         ]
+        # The parts of a build are ranges of a set's rows by key: planned and read from this index.
+        indexes = [models.Index(fields=["resource_set", "id"], name="resourcesync_resource_key")]
         verbose_name = _("resource")
         verbose_name_plural = _("resources")
 

@@ -24,8 +24,7 @@ waited) fails its build rather than publish beside another one.
 import logging
 
 from django.db import transaction
-from django.db.models import F, Window
-from django.db.models.functions import RowNumber
+from django.db.models import F
 from django.utils import timezone
 
 from .. import capabilities, storage
@@ -50,14 +49,13 @@ def _kind(capability):
 def plan(build, rows, size):
     """Record the parts of ``build``: ``rows`` (a set's Resource queryset) in ranges of ``size``
     rows by primary key, fixed now so that a part is the same rows whenever it is rendered. Rows
-    added later fall in a range only if their key does (they are in the changes since ``at``)."""
-    ends = sorted(
-        rows.annotate(row=Window(RowNumber(), order_by=F("pk").asc()))
-        .annotate(nth=F("row") % size)
-        .filter(nth=0)
-        .values_list("pk", flat=True)
-    )
-    last = rows.order_by("-pk").values_list("pk", flat=True).first()
+    added later fall in a range only if their key does (they are in the changes since ``at``).
+    Each end is found by skipping ``size`` keys in the (set, key) index from the one before."""
+    keys = rows.order_by("pk").values_list("pk", flat=True)
+    ends = []
+    while end := list(keys.filter(pk__gt=ends[-1] if ends else 0)[size - 1 : size]):
+        ends += end
+    last = keys.last()
     if last is not None and last not in ends[-1:]:
         ends.append(last)
     return BuildPart.objects.bulk_create(
