@@ -20,11 +20,14 @@ measures:
    (``post_save``/``post_delete``, dispatch_uid ``resourcesync_track_repository.item_save`` /
    ``_delete``): the untracked twin is the same table and fields. Blocks of saves alternate
    between the two (ABBA order) to cancel drift. First in the production configuration, with a
-   real Celery broker (``CELERY_BROKER_URL`` set for the child, so the on-commit hook queues a
-   task on Redis and nothing consumes it; the queue is purged afterwards), then with tasks run in
-   process (eager, the demo's default), where each save also processes its changes inline, and
-   last in the broker configuration again with each save alone in ``transaction.atomic()`` (the
-   save and its pending changes then commit together, with one on-commit dispatch).
+   real Celery broker (``CELERY_BROKER_URL`` set for the child, so tasks are queued on Redis and
+   nothing consumes them; the queue is purged afterwards): the dispatcher thread of
+   ``django_resourcesync.outbox`` writes the pending changes (not on SQLite, where the save's
+   thread does) and queues the tasks, and each timed block ends with ``dispatcher.flush()``, so
+   that the thread's work is counted in the block. Then with tasks run in process (eager, the
+   demo's default), where each save also processes its changes inline, and last in the broker
+   configuration again with each save alone in ``transaction.atomic()`` (the save and its
+   pending change then commit together).
 2. Events per second through the bulk API: ``Item.objects.filter(pk range).update(title=...)``
    for 50,000 items (not timed), then, timed, ``tracking.changed(queryset)`` followed by
    ``tracking.process_pending()`` (broker configuration, so ``changed()`` only records); the
@@ -55,10 +58,9 @@ events/s; a reconcile of 100,000 resources under 10 s; a 50,000-entry Change Lis
 and over a reconcile of the ``bitstreams`` set, and prints the top functions.
 
 On PostgreSQL, ``--pg-jit off`` turns JIT compilation off for the children's sessions
-(``PGOPTIONS=-c jit=off``). With the server's default (``jit=on`` where LLVM JIT is installed),
-the ``UPDATE ... CASE WHEN`` statements that Django's ``bulk_update`` builds for a 5,000-row batch
-are JIT-compiled, which takes minutes per batch (measured: about 8 minutes per batch, 10 events/s,
-PostgreSQL 15 here), so the default sizes would run for over an hour.
+(``PGOPTIONS=-c jit=off``). Change tracking no longer issues the ``UPDATE ... CASE WHEN``
+statements of Django's ``bulk_update`` (which JIT compilation made take minutes per batch), so
+the server's setting is the default.
 """
 
 import argparse
@@ -401,7 +403,7 @@ def child_saves(cfg, saves, block, atomic):
     from django.db import transaction
     from django.db.models.signals import post_delete, post_save
 
-    from django_resourcesync import signals
+    from django_resourcesync import outbox, signals
     from django_resourcesync.models import PendingChange
     from example_project.repository.models import Item
 
@@ -423,6 +425,8 @@ def child_saves(cfg, saves, block, atomic):
                     item.save()
             else:
                 item.save()
+        # What the dispatcher thread still holds is part of the block's cost (a no-op untracked).
+        outbox.dispatcher.flush()
         return time.perf_counter() - started
 
     def receivers():
@@ -644,8 +648,7 @@ def run(options):
     if database_url:
         jit = recreate_database(database_url)
         if jit == "on" and options.pg_jit == "server":
-            progress("PostgreSQL has jit=on: the UPDATE ... CASE WHEN statements of Django's bulk_update (process_pending, "
-                     "reconcile) can take minutes per 5,000-row batch under JIT; --pg-jit off measures without it")
+            progress("PostgreSQL has jit=on (the server's setting); --pg-jit off measures without it")
     purge_broker(options.broker_url)
     try:
         progress(f"data in {var_dir}")
@@ -702,8 +705,8 @@ def run(options):
               f"one on-commit dispatch); {saves_atomic['queued_tasks']} tasks on the queue (purged)")
 
         print()
-        print("2. Events per second through the bulk API (broker configuration: changed() records, "
-              "process_pending() called here)")
+        print("2. Events per second through the bulk API (broker configuration: changed() records pending changes, "
+              "process_pending() turns them into change events, called here)")
         u = update
         update_events = total_events(u["events"])
         update_seconds = u["changed_seconds"] + u["process_seconds"]
@@ -724,6 +727,9 @@ def run(options):
               f"{d['changed_seconds']:.2f} s ({d['pending']:,} pending rows) + tracking.process_pending() "
               f"{d['process_seconds']:.2f} s = {delete_seconds:.2f} s")
         print(f"    events written: {delete_events:,} {d['events']}  ->  {delete_rate:,.0f} events/s")
+        record_rates = [rate(x["pending"], x["changed_seconds"]) for x in (u, d)]
+        print(f"  changed() alone (what the calling code waits for): {record_rates[0]:,.0f} pending changes/s (update), "
+              f"{record_rates[1]:,.0f}/s (delete)")
 
         print()
         print(f"3. Reconcile with {options.fraction:.0%} changed behind the app's back "
@@ -753,8 +759,9 @@ def run(options):
         print(f"  1. tracked save <= {TARGET_SAVE_RATIO}x its untracked twin (broker, autocommit): {ratio:.2f}x  "
               f"({met(ratio <= TARGET_SAVE_RATIO)})")
         worst_rate = min(update_rate, delete_rate)
-        print(f"  2. >= {TARGET_EVENTS_PER_S:,} events/s: update {update_rate:,.0f}/s, delete {delete_rate:,.0f}/s  "
-              f"({met(worst_rate >= TARGET_EVENTS_PER_S)})")
+        print(f"  2. >= {TARGET_EVENTS_PER_S:,} events/s, end to end: update {update_rate:,.0f}/s, delete {delete_rate:,.0f}/s  "
+              f"({met(worst_rate >= TARGET_EVENTS_PER_S)}); recorded by changed(): {min(record_rates):,.0f}/s or more  "
+              f"({met(min(record_rates) >= TARGET_EVENTS_PER_S)})")
         print(f"  3. reconcile of {n:,}-item sets with 1% changed < {TARGET_RECONCILE_S:.0f} s: "
               f"metadata {reconcile['metadata']['seconds']:.2f} s, bitstreams {reconcile['bitstreams']['seconds']:.2f} s  "
               f"({met(reconcile_worst < TARGET_RECONCILE_S)})")

@@ -10,7 +10,8 @@ a round trip to the broker for the task. So:
   commit then hands the task to the :class:`Dispatcher`;
 - **in autocommit**, the save has already committed when the signal arrives, so the rows cannot
   share its transaction anyway: they go to the :class:`Dispatcher` too, which writes them just
-  after, together with those of other saves, in one transaction;
+  after, together with those of other saves, in one transaction (not on SQLite, which takes one
+  writer at a time: there the saving thread writes them);
 - the :class:`Dispatcher` is a thread of the process that sends one task for everything it
   gathered since the last one. A task only has to start after the changes it is for committed:
   it processes every pending row it finds, whoever queued it.
@@ -33,6 +34,7 @@ import time
 from django.db import connections, router, transaction
 from django.utils import timezone
 
+from . import bulk
 from .conf import app_settings
 from .models import PendingChange
 
@@ -47,16 +49,16 @@ ATTEMPTS = 5
 def insert(rows, using):
     """Insert ``(source, object_pk, related)`` rows as pending changes, in ``using``'s current
     transaction: one statement, none of the ORM's per-object work."""
-    connection = connections[using]
-    quote = connection.ops.quote_name
-    table = quote(PendingChange._meta.db_table)
-    columns = ", ".join(quote(name) for name in ("source", "object_pk", "related", "recorded"))
-    now = connection.ops.adapt_datetimefield_value(timezone.now())
-    with connection.cursor() as cursor:
-        cursor.executemany(
-            f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s)",
-            [(source, key, related, now) for source, key, related in rows],
-        )
+    now = timezone.now()
+    fields = ("source", "object_pk", "related", "recorded")
+    bulk.insert(PendingChange, fields, [(source, key, related, now) for source, key, related in rows], using)
+
+
+def takes_concurrent_writers(connection):
+    """SQLite lets one connection write at a time: a thread writing beside the site's own
+    transactions could make them fail with "database is locked", so there the rows are written
+    by the saving thread."""
+    return connection.vendor != "sqlite"
 
 
 def tasks_run_in_process():
@@ -200,19 +202,24 @@ class _OnCommit:
             logger.exception("Could not queue change processing for %s; it waits for the next run", sorted(self.sources))
 
 
-def record(rows, using=None):
+def record(rows, using=None, *, saved=False):
     """Record ``(source, object_pk, related)`` rows as pending changes, and have them processed
-    after the commit (see the module's description for how)."""
+    after the commit (see the module's description for how). ``saved``: the rows are those of a
+    save or delete that has already committed (a signal in autocommit), which the dispatcher
+    may write a little later; other callers (the bulk API) find their rows written on return."""
     if not rows:
         return
     using = using or router.db_for_write(PendingChange)
     connection = connections[using]
-    if not connection.in_atomic_block and in_background():
+    if saved and not connection.in_atomic_block and in_background() and takes_concurrent_writers(connection):
         dispatcher.submit(rows=rows, using=using)
         return
-    insert(rows, using)
     sources = {source for source, _key, _related in rows}
-    if connection.in_atomic_block:
+    if not connection.in_atomic_block:
+        with transaction.atomic(using=using):  # one commit for them all
+            insert(rows, using)
+    else:
+        insert(rows, using)
         # One callback per transaction: find the one already registered, if any.
         for _sids, func, _robust in connection.run_on_commit:
             if isinstance(func, _OnCommit) and not func.done:

@@ -54,7 +54,7 @@ def object_changed(sender, instance, raw=False, using=None, signal=None, **kwarg
             rows.extend((source.name, str(key), "") for key in source.affected(instance))
         else:
             rows.append((source.name, str(instance.pk), related))
-    outbox.record(rows, using=using)
+    outbox.record(rows, using=using, saved=True)
 
 
 def connect_tracked_models():

@@ -23,16 +23,16 @@ that records nothing.
 import contextlib
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.apps import apps
 from django.db import router, transaction
 from django.utils import timezone
 
-from . import outbox
+from . import bulk, outbox
 from .builders import changelist
 from .conf import app_settings
-from .models import ChangeEvent, PendingChange, Resource, ResourceSet
+from .models import PendingChange, Resource, ResourceSet
 from .sources import Representation, UnpublishableResource, registry
 from .xml.writer import resource_entry
 
@@ -52,6 +52,10 @@ class ChangeCounts:
     unchanged: int = 0
     skipped: int = 0
 
+    def add(self, other):
+        for name in ("created", "updated", "deleted", "unchanged", "skipped"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
     def __str__(self):
         return (
             f"{self.created} created, {self.updated} updated, {self.deleted} deleted, "
@@ -68,13 +72,14 @@ def fingerprint_of(source, obj):
 
 
 def entry_values(source, obj, known=None, fingerprint=None):
-    """Field values of the Resource row for ``obj``; reuses ``known``'s hashes when its
-    fingerprint did not change. Raises UnpublishableResource when ``obj`` cannot be listed."""
+    """Field values of the Resource row for ``obj``; reuses the hashes of ``known`` (its
+    record, a dict) when its fingerprint did not change. Raises UnpublishableResource when
+    ``obj`` cannot be listed."""
     if fingerprint is None:
         fingerprint = fingerprint_of(source, obj)
     representation = None
-    if known is not None and fingerprint and known.fingerprint == fingerprint and known.sha256:
-        representation = Representation(known.md5, known.sha256, known.length, known.media_type or None)
+    if known is not None and fingerprint and known["fingerprint"] == fingerprint and known["sha256"]:
+        representation = Representation(known["md5"], known["sha256"], known["length"], known["media_type"] or None)
     entry = source.entry(obj, known=representation)
     values = {
         "uri": entry.uri,
@@ -94,6 +99,32 @@ def entry_values(source, obj, known=None, fingerprint=None):
 # -- writing changes ------------------------------------------------------------------------
 
 
+@dataclass(slots=True)
+class Change:
+    """A change a Destination must learn about, on its way into the set's change log."""
+
+    object_pk: str
+    uri: str
+    change: str
+    lastmod: object = None
+    md5: str = ""
+    sha256: str = ""
+    length: int = None
+    media_type: str = ""
+    links: list = field(default_factory=list)
+
+    @classmethod
+    def of(cls, key, change, values):
+        if change == "deleted":  # a deletion says nothing of what was removed
+            return cls(key, values["uri"], change)
+        return cls(
+            key, values["uri"], change, values["lastmod"], values["md5"], values["sha256"], values["length"], values["media_type"], values["links"]
+        )
+
+
+RECORD_FIELDS = ("resource_set_id", "object_pk", *ENTRY_FIELDS, "recorded")
+
+
 class SetWriter:
     """Applies changes to one set inside a transaction that holds the set's row lock."""
 
@@ -103,15 +134,15 @@ class SetWriter:
         self.record_events = record_events
         self.log = changelist.ChangeLog(resource_set) if record_events else None
         self.counts = ChangeCounts()
+        self.using = router.db_for_write(Resource)
 
     def apply(self, objects):
         """``objects``: ``{object_pk: obj or None}``, ``None`` for an object that is not (or no
         longer) among the set's items."""
         keys, fingerprints = self._unvouched(objects)
         recorded = Resource.objects.filter(resource_set=self.resource_set, object_pk__in=keys)
-        known = {row.object_pk: row for row in recorded}
-        creates, updates, deletes, events = [], [], [], []
-        now = timezone.now()
+        known = {row["object_pk"]: row for row in recorded.values("id", "object_pk", *ENTRY_FIELDS)}
+        writes, gone, changes = {}, [], []  # writes: {key: values} of rows to (re)write
         for key in keys:
             obj, row = objects[key], known.get(key)
             values = None
@@ -123,40 +154,48 @@ class SetWriter:
                     self.counts.skipped += 1
             if values is None:
                 if row is not None:
-                    deletes.append(row)
-                    events.append(self._event(row.object_pk, "deleted", {"uri": row.uri}))
+                    gone.append(row["id"])
+                    changes.append(Change(key, row["uri"], "deleted"))
                 continue
             if row is None:
-                creates.append(Resource(resource_set=self.resource_set, object_pk=key, recorded=now, **values))
-                events.append(self._event(key, "created", values))
+                writes[key] = values
+                changes.append(Change.of(key, "created", values))
                 continue
-            changed = [name for name, value in values.items() if getattr(row, name) != value]
+            changed = [name for name, value in values.items() if row[name] != value]
             if not changed:
                 self.counts.unchanged += 1
                 continue
             if "uri" in changed:
                 # A resource that moves is, to a Destination, one deleted and one created.
-                events.append(self._event(key, "deleted", {"uri": row.uri}))
-                events.append(self._event(key, "created", values))
+                changes.append(Change(key, row["uri"], "deleted"))
+                changes.append(Change.of(key, "created", values))
             elif any(name in changed for name in REPRESENTATION_FIELDS):
-                events.append(self._event(key, "updated", values))
+                changes.append(Change.of(key, "updated", values))
             else:
                 self.counts.unchanged += 1  # only lastmod, links or the like: no event
-            for name, value in values.items():
-                setattr(row, name, value)
-            row.recorded = now
-            updates.append(row)
-        creates, updates, events = self._without_uri_clashes(creates, updates, events)
-        # Changed rows are replaced (deleted and inserted again with their keys): far cheaper
-        # than the UPDATE ... CASE statements of bulk_update, on every database.
-        gone = [row.pk for row in deletes + updates]
+            writes[key] = values
+            gone.append(row["id"])  # rewritten below: cheaper than an UPDATE per row
+        refused = self._uri_clashes(writes)
+        if refused:
+            # A refused object keeps its record as it was, so none of its events stand.
+            writes = {key: values for key, values in writes.items() if key not in refused}
+            kept = {known[key]["id"] for key in refused if key in known}
+            gone = [row_id for row_id in gone if row_id not in kept]
+            changes = [change for change in changes if change.object_pk not in refused]
         for start in range(0, len(gone), 1000):
             Resource.objects.filter(pk__in=gone[start : start + 1000]).delete()
-        Resource.objects.bulk_create(updates + creates, batch_size=1000)
-        for event, _links in events:
-            setattr(self.counts, event.change, getattr(self.counts, event.change) + 1)
+        now = timezone.now()
+        set_id = self.resource_set.pk
+        bulk.insert(
+            Resource,
+            RECORD_FIELDS,
+            [(set_id, key, *(values[name] for name in ENTRY_FIELDS), now) for key, values in writes.items()],
+            self.using,
+        )
+        for change in changes:
+            setattr(self.counts, change.change, getattr(self.counts, change.change) + 1)
         if self.record_events:
-            self.log.append(events)
+            self.log.append(changes)
 
     def _unvouched(self, objects):
         """The keys of ``objects`` to describe and compare with their record, and the
@@ -176,42 +215,25 @@ class SetWriter:
         self.counts.unchanged += len(unchanged)
         return [key for key in objects if key not in unchanged], fingerprints
 
-    def _event(self, key, change, values):
-        """A change event (its datetime and entry are set by the ChangeLog), with its links."""
-        event = ChangeEvent(resource_set=self.resource_set, object_pk=key, uri=values["uri"], change=change)
-        if change == "deleted":
-            return event, []
-        event.lastmod, event.length = values["lastmod"], values["length"]
-        event.md5, event.sha256, event.media_type = values["md5"], values["sha256"], values["media_type"]
-        return event, values["links"]
-
-    def _without_uri_clashes(self, creates, updates, events):
-        """Leave out objects whose URI another object of the set already publishes."""
-        rows = creates + updates
-        if not rows:
-            return creates, updates, events
-        taken = dict(
-            Resource.objects.filter(resource_set=self.resource_set, uri__in=[row.uri for row in rows]).values_list("uri", "object_pk")
-        )
+    def _uri_clashes(self, writes):
+        """Keys of objects whose URI another object of the set already publishes: left out."""
+        if not writes:
+            return set()
+        uris = [values["uri"] for values in writes.values()]
+        taken = {}
+        for start in range(0, len(uris), 1000):
+            found = Resource.objects.filter(resource_set=self.resource_set, uri__in=uris[start : start + 1000])
+            taken.update(found.values_list("uri", "object_pk"))
         refused = set()
-        for row in rows:
-            owner = taken.get(row.uri)
-            if owner is not None and owner != row.object_pk:
-                logger.warning(
-                    "Set %s: object %s has the URI %s of object %s; not published", self.resource_set.slug, row.object_pk, row.uri, owner
-                )
-                refused.add(row.object_pk)
+        for key, values in writes.items():
+            owner = taken.get(values["uri"])
+            if owner is not None and owner != key:
+                logger.warning("Set %s: object %s has the URI %s of object %s; not published", self.resource_set.slug, key, values["uri"], owner)
+                refused.add(key)
                 self.counts.skipped += 1
             else:
-                taken[row.uri] = row.object_pk
-        if not refused:
-            return creates, updates, events
-        return (
-            [row for row in creates if row.object_pk not in refused],
-            [row for row in updates if row.object_pk not in refused],
-            # A refused object keeps its record as it was, so none of its events stand.
-            [(event, links) for event, links in events if event.object_pk not in refused],
-        )
+                taken[values["uri"]] = key
+        return refused
 
 
 @contextlib.contextmanager
@@ -287,8 +309,7 @@ def _apply_batch(resource_set, objects, record_events, counts):
     with locked(resource_set):
         writer = SetWriter(resource_set, record_events=record_events)
         writer.apply(objects)
-    for name in ("created", "updated", "deleted", "unchanged", "skipped"):
-        setattr(counts, name, getattr(counts, name) + getattr(writer.counts, name))
+    counts.add(writer.counts)
 
 
 # -- pending changes (signals and the bulk API) ---------------------------------------------
@@ -415,5 +436,4 @@ def _apply_keys(resource_set, source, keys, batch_size, counts):
         batch = keys[start : start + batch_size]
         present = {str(obj.pk): obj for obj in source.queryset(resource_set.lookups).filter(pk__in=batch)}
         writer.apply({key: present.get(key) for key in batch})
-    for field in ("created", "updated", "deleted", "unchanged", "skipped"):
-        setattr(counts, field, getattr(counts, field) + getattr(writer.counts, field))
+    counts.add(writer.counts)

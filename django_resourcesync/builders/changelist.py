@@ -18,9 +18,10 @@ import hashlib
 import io
 import tempfile
 
+from django.db import router
 from django.utils import timezone
 
-from .. import capabilities, storage, uris
+from .. import bulk, capabilities, storage, uris
 from ..conf import app_settings
 from ..models import ChangeEvent, ChangeList
 from ..xml.writer import DocumentWriter, change_entry, url_element, w3c_datetime
@@ -68,30 +69,40 @@ class ChangeLog:
                 from_time=last.until if last else timezone.now(),
             )
 
-    def append(self, events):
-        """Write ``[(event, links)]`` in order. Datetimes never go backwards, whatever the clock."""
-        if not events:
+    def append(self, changes):
+        """Write :class:`~django_resourcesync.tracking.Change` objects as change events, in
+        order. Datetimes never go backwards, whatever the clock."""
+        if not changes:
             return
         now = timezone.now()
-        pending = []
-        for event, links in events:
+        rows = []
+        for change in changes:
             moment = max(now, self.open.last_datetime or self.open.from_time)
             until = self._closing_point(moment)
             if until is not None:
-                ChangeEvent.objects.bulk_create(pending)
-                pending = []
+                self._insert(rows)
+                rows = []
                 self._close(until)
                 moment = max(moment, self.open.from_time)
-            event.datetime = moment
-            event.changelist = self.open
-            event.entry_xml = change_entry(
-                event.uri, event.change, moment, event.lastmod, event.md5, event.sha256, event.length, event.media_type, links
+            entry_xml = change_entry(
+                change.uri, change.change, moment, change.lastmod, change.md5, change.sha256, change.length, change.media_type, change.links
             )
-            pending.append(event)
+            rows.append((
+                self.resource_set.pk, self.open.pk, change.object_pk, change.uri, change.change, moment,
+                change.lastmod, change.md5, change.sha256, change.length, change.media_type, entry_xml,
+            ))
             self.open.entries += 1
             self.open.last_datetime = moment
-        ChangeEvent.objects.bulk_create(pending)
+        self._insert(rows)
         self.open.save(update_fields=["entries", "last_datetime"])
+
+    EVENT_FIELDS = (
+        "resource_set_id", "changelist_id", "object_pk", "uri", "change", "datetime",
+        "lastmod", "md5", "sha256", "length", "media_type", "entry_xml",
+    )
+
+    def _insert(self, rows):
+        bulk.insert(ChangeEvent, self.EVENT_FIELDS, rows, router.db_for_write(ChangeEvent))
 
     def _closing_point(self, moment):
         """``until`` for the open list if an event at ``moment`` may not join it, else ``None``."""
