@@ -61,21 +61,23 @@ def takes_concurrent_writers(connection):
     return connection.vendor != "sqlite"
 
 
-def tasks_run_in_process():
-    from celery import current_app
-
-    return bool(current_app.conf.task_always_eager)
-
-
-def in_background():
-    return app_settings.BACKGROUND_DISPATCH and not tasks_run_in_process()
-
-
-def send(source_names):
-    """Queue the processing of these sources' pending changes (or run it, for eager tasks)."""
+def processing_task():
+    """The ``resourcesync.process_changes`` task of the Celery app current in this thread (the
+    app is a per-thread setting in Celery: the dispatcher thread sends with the saver's)."""
     from .tasks import process_changes_task
 
-    process_changes_task.delay(sorted(source_names))
+    return process_changes_task._get_current_object()
+
+
+def in_background(task):
+    """Whether the dispatcher thread queues ``task``: not when tasks run in process (eager),
+    as an eager task marks the whole process, every thread, as being inside a task."""
+    return app_settings.BACKGROUND_DISPATCH and not task.app.conf.task_always_eager
+
+
+def send(task, source_names):
+    """Queue the processing of these sources' pending changes (or run it, for eager tasks)."""
+    task.delay(sorted(source_names))
 
 
 class Dispatcher:
@@ -95,17 +97,19 @@ class Dispatcher:
         self._done = threading.Condition(self._lock)
         self._wake = threading.Event()
         self._rows = {}  # using -> [(source, object_pk, related)]
-        self._sources = set()
+        self._sources = {}  # task -> source names
         self._busy = False
         self._thread = None
 
-    def submit(self, *, rows=None, using=None, sources=()):
-        """Hand over rows to insert (in database ``using``) and sources to queue processing for."""
+    def submit(self, task, *, rows=None, using=None, sources=()):
+        """Hand over rows to insert (in database ``using``) and sources whose processing
+        ``task`` is to queue."""
         with self._lock:
+            wanted = self._sources.setdefault(task, set())
             if rows:
                 self._rows.setdefault(using, []).extend(rows)
-                self._sources.update(source for source, _key, _related in rows)
-            self._sources.update(sources)
+                wanted.update(source for source, _key, _related in rows)
+            wanted.update(sources)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="resourcesync-dispatch", daemon=True)
                 self._thread.start()
@@ -142,7 +146,7 @@ class Dispatcher:
     def _round(self):
         with self._lock:
             rows, sources = self._rows, self._sources
-            self._rows, self._sources = {}, set()
+            self._rows, self._sources = {}, {}
             self._busy = bool(rows or sources)
         try:
             if rows or sources:
@@ -153,13 +157,13 @@ class Dispatcher:
                 self._done.notify_all()
 
     def _deliver(self, rows, sources):
+        names = sorted(set().union(*sources.values())) if sources else []
         for using, using_rows in rows.items():
             if not self._attempt(f"write {len(using_rows)} pending changes", self._write, using, using_rows):
-                logger.error(
-                    "%d pending changes of %s could not be written; the next reconcile finds them", len(using_rows), sorted(sources)
-                )
-        if sources and not self._attempt("queue change processing", send, sources):
-            logger.error("Change processing for %s could not be queued; it waits for the next run", sorted(sources))
+                logger.error("%d pending changes of %s could not be written; the next reconcile finds them", len(using_rows), names)
+        for task, task_sources in sources.items():
+            if task_sources and not self._attempt("queue change processing", send, task, task_sources):
+                logger.error("Change processing for %s could not be queued; it waits for the next run", sorted(task_sources))
 
     @staticmethod
     def _write(using, rows):
@@ -193,11 +197,12 @@ class _OnCommit:
 
     def __call__(self):
         self.done = True
-        if in_background():
-            dispatcher.submit(sources=self.sources)
+        task = processing_task()
+        if in_background(task):
+            dispatcher.submit(task, sources=self.sources)
             return
         try:
-            send(self.sources)
+            send(task, self.sources)
         except Exception:  # a broker outage must not fail the committed save; beat catches up
             logger.exception("Could not queue change processing for %s; it waits for the next run", sorted(self.sources))
 
@@ -211,9 +216,11 @@ def record(rows, using=None, *, saved=False):
         return
     using = using or router.db_for_write(PendingChange)
     connection = connections[using]
-    if saved and not connection.in_atomic_block and in_background() and takes_concurrent_writers(connection):
-        dispatcher.submit(rows=rows, using=using)
-        return
+    if saved and not connection.in_atomic_block and takes_concurrent_writers(connection):
+        task = processing_task()
+        if in_background(task):
+            dispatcher.submit(task, rows=rows, using=using)
+            return
     sources = {source for source, _key, _related in rows}
     if not connection.in_atomic_block:
         with transaction.atomic(using=using):  # one commit for them all

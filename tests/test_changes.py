@@ -355,8 +355,8 @@ def background(tracked, monkeypatch, transactional_db):
     from django_resourcesync import outbox
 
     sent = []
-    monkeypatch.setattr(outbox, "tasks_run_in_process", lambda: False)
-    monkeypatch.setattr(outbox, "send", lambda sources: sent.append(sorted(sources)))
+    monkeypatch.setattr(outbox, "in_background", lambda task: True)
+    monkeypatch.setattr(outbox, "send", lambda task, sources: sent.append(sorted(sources)))
     yield sent
     outbox.dispatcher.flush()
 
