@@ -6,6 +6,8 @@ tuples straight to the driver's ``executemany`` instead, with the few conversion
 needs (datetimes, JSON) looked up once per column.
 """
 
+import functools
+
 from django.db import connections
 
 BATCH = 2000
@@ -20,21 +22,28 @@ def _converter(field, connection):
     return None  # text, numbers and foreign keys go as they are
 
 
-def insert(model, fields, rows, using):
-    """Insert ``rows`` (tuples of values for the attributes ``fields``, foreign keys by their
-    ``_id``) into ``model``'s table, in the current transaction of database ``using``."""
+@functools.lru_cache(maxsize=None)
+def _statement(model, fields, using):
     connection = connections[using]
-    columns = [model._meta.get_field(name.removesuffix("_id")) if name.endswith("_id") else model._meta.get_field(name) for name in fields]
-    converters = [_converter(field, connection) for field in columns]
+    meta = model._meta
+    columns = [meta.get_field(name.removesuffix("_id") if name.endswith("_id") else name) for name in fields]
     quote = connection.ops.quote_name
     sql = (
-        f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(field.column) for field in columns)}) "
+        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(field.column) for field in columns)}) "
         f"VALUES ({', '.join(['%s'] * len(columns))})"
     )
-    if any(converters):
+    converters = tuple(_converter(field, connection) for field in columns)
+    return sql, converters if any(converters) else None
+
+
+def insert(model, fields, rows, using):
+    """Insert ``rows`` (tuples of values for the attributes ``fields``, a tuple, foreign keys by
+    their ``_id``) into ``model``'s table, in the current transaction of database ``using``."""
+    sql, converters = _statement(model, tuple(fields), using)
+    if converters:
         rows = [tuple(value if convert is None or value is None else convert(value) for value, convert in zip(row, converters)) for row in rows]
-    else:
+    elif not isinstance(rows, list):
         rows = list(rows)
-    with connection.cursor() as cursor:
+    with connections[using].cursor() as cursor:
         for start in range(0, len(rows), BATCH):
             cursor.executemany(sql, rows[start : start + BATCH])

@@ -10,8 +10,8 @@ a round trip to the broker for the task. So:
   commit then hands the task to the :class:`Dispatcher`;
 - **in autocommit**, the save has already committed when the signal arrives, so the rows cannot
   share its transaction anyway: they go to the :class:`Dispatcher` too, which writes them just
-  after, together with those of other saves, in one transaction (not on SQLite, which takes one
-  writer at a time: there the saving thread writes them);
+  after, together with those of other saves, in one transaction (on SQLite only when
+  transactions are ``IMMEDIATE``; else the saving thread writes them);
 - the :class:`Dispatcher` is a thread of the process that sends one task for everything it
   gathered since the last one. A task only has to start after the changes it is for committed:
   it processes every pending row it finds, whoever queued it.
@@ -41,7 +41,7 @@ from .models import PendingChange
 logger = logging.getLogger(__name__)
 
 #: How long the thread waits after the first change it is told of, to gather those that follow.
-GATHER_SECONDS = 0.02
+GATHER_SECONDS = 0.05
 #: Attempts at writing rows (or sending the task) before giving up on them; reconcile catches up.
 ATTEMPTS = 5
 
@@ -55,10 +55,14 @@ def insert(rows, using):
 
 
 def takes_concurrent_writers(connection):
-    """SQLite lets one connection write at a time: a thread writing beside the site's own
-    transactions could make them fail with "database is locked", so there the rows are written
-    by the saving thread."""
-    return connection.vendor != "sqlite"
+    """Whether a thread may write beside the site's own transactions. SQLite lets one
+    connection write at a time, and a transaction that began reading fails with "database is
+    locked" instead of waiting for a writer, unless transactions take the lock when they begin
+    (``"OPTIONS": {"transaction_mode": "IMMEDIATE"}``): without that, the saving thread writes
+    its rows itself."""
+    if connection.vendor != "sqlite":
+        return True
+    return str(connection.settings_dict.get("OPTIONS", {}).get("transaction_mode", "")).upper() in ("IMMEDIATE", "EXCLUSIVE")
 
 
 def processing_task():
