@@ -140,8 +140,9 @@ class SetWriter:
         """``objects``: ``{object_pk: obj or None}``, ``None`` for an object that is not (or no
         longer) among the set's items."""
         keys, fingerprints = self._unvouched(objects)
-        recorded = Resource.objects.filter(resource_set=self.resource_set, object_pk__in=keys)
-        known = {row["object_pk"]: row for row in recorded.values("id", "object_pk", *ENTRY_FIELDS)}
+        known = self._records([key for key in keys if objects[key] is not None], ("id", "object_pk", *ENTRY_FIELDS))
+        # Of an object that is gone, only what its deletion needs.
+        known.update(self._records([key for key in keys if objects[key] is None], ("id", "object_pk", "uri")))
         writes, gone, changes = {}, [], []  # writes: {key: values} of rows to (re)write
         for key in keys:
             obj, row = objects[key], known.get(key)
@@ -196,6 +197,13 @@ class SetWriter:
             setattr(self.counts, change.change, getattr(self.counts, change.change) + 1)
         if self.record_events:
             self.log.append(changes)
+
+    def _records(self, keys, fields):
+        """``{object_pk: {field: value}}`` of the set's records of ``keys``."""
+        if not keys:
+            return {}
+        recorded = Resource.objects.filter(resource_set=self.resource_set, object_pk__in=keys)
+        return {row["object_pk"]: row for row in recorded.values(*fields)}
 
     def _unvouched(self, objects):
         """The keys of ``objects`` to describe and compare with their record, and the
@@ -396,7 +404,7 @@ def process_pending(source_names=None, *, batch_size=None):
                 # a concurrent run waits here and then finds the rows already processed.
                 for resource_set in sets:
                     ResourceSet.objects.select_for_update().filter(pk=resource_set.pk).first()
-                pending = list(PendingChange.objects.filter(source=name).order_by("id")[:batch_size])
+                pending = list(PendingChange.objects.filter(source=name).order_by("id").values_list("id", "object_pk", "related")[:batch_size])
                 if not pending:
                     break
                 keys = _keys_of(source, pending)
@@ -407,7 +415,7 @@ def process_pending(source_names=None, *, batch_size=None):
                     except Exception:
                         # Its reconcile catches up once the set is fixed; the other sets go on.
                         logger.exception("Set %s: pending changes could not be applied", resource_set.slug)
-                PendingChange.objects.filter(pk__in=[change.pk for change in pending]).delete()
+                PendingChange.objects.filter(pk__in=[row_id for row_id, _key, _related in pending]).delete()
     return counts
 
 
@@ -415,11 +423,11 @@ def _keys_of(source, pending):
     """The keys of the source's objects that pending changes name, those of related objects
     resolved to the source's objects they affect (as they are now)."""
     keys, related = {}, {}
-    for change in pending:
-        if change.related:
-            related.setdefault(change.related, []).append(change.object_pk)
+    for _id, key, related_label in pending:
+        if related_label:
+            related.setdefault(related_label, []).append(key)
         else:
-            keys[change.object_pk] = None
+            keys[key] = None
     for label, pks in related.items():
         try:
             model = apps.get_model(label)
