@@ -290,7 +290,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=3, help="runs of each worker step (default 3)")
     parser.add_argument("--database-url", default="postgres://postgres:postgres@127.0.0.1:5432/bench_parallel",
                         help="postgres://... (dropped and created; default %(default)s)")
-    parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/12", help="Redis (flushed; default %(default)s)")
+    parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/11", help="Redis (flushed; default %(default)s)")
     parser.add_argument("--pg-jit", choices=["server", "off"], default="server",
                         help="PostgreSQL JIT for every session: the server's setting (default), or off (PGOPTIONS=-c jit=off)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory and the database")
