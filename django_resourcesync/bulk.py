@@ -2,15 +2,16 @@
 
 ``bulk_create`` builds a model instance per row and prepares every value through its field;
 change tracking writes tens of thousands of rows of a few plain columns at a time, so it hands
-tuples straight to the driver's ``executemany`` instead, with the few conversions the database
-needs (datetimes, JSON) looked up once per column.
+tuples straight to multi-row ``INSERT`` statements instead, with the few conversions the
+database needs (datetimes, JSON) looked up once per column.
 """
 
 import functools
 
 from django.db import connections
 
-BATCH = 2000
+#: Rows per INSERT statement at most (fewer where the database limits parameters).
+ROWS_PER_STATEMENT = 500
 
 
 def _converter(field, connection):
@@ -24,26 +25,29 @@ def _converter(field, connection):
 
 @functools.lru_cache(maxsize=None)
 def _statement(model, fields, using):
+    """The start of the INSERT, the placeholders of one row, the converters, and how many rows
+    one statement may carry (the database's limit on parameters)."""
     connection = connections[using]
     meta = model._meta
     columns = [meta.get_field(name.removesuffix("_id") if name.endswith("_id") else name) for name in fields]
     quote = connection.ops.quote_name
-    sql = (
-        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(field.column) for field in columns)}) "
-        f"VALUES ({', '.join(['%s'] * len(columns))})"
-    )
+    head = f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(field.column) for field in columns)}) VALUES "
+    placeholders = f"({', '.join(['%s'] * len(columns))})"
     converters = tuple(_converter(field, connection) for field in columns)
-    return sql, converters if any(converters) else None
+    per_statement = max(1, min(ROWS_PER_STATEMENT, connection.ops.bulk_batch_size(columns, [None] * ROWS_PER_STATEMENT)))
+    return head, placeholders, converters if any(converters) else None, per_statement
 
 
 def insert(model, fields, rows, using):
-    """Insert ``rows`` (tuples of values for the attributes ``fields``, a tuple, foreign keys by
-    their ``_id``) into ``model``'s table, in the current transaction of database ``using``."""
-    sql, converters = _statement(model, tuple(fields), using)
+    """Insert ``rows`` (tuples of values for the attributes ``fields``, foreign keys by their
+    ``_id``) into ``model``'s table, in the current transaction of database ``using``: a
+    multi-row INSERT per few hundred rows."""
+    head, placeholders, converters, per_statement = _statement(model, tuple(fields), using)
     if converters:
         rows = [tuple(value if convert is None or value is None else convert(value) for value, convert in zip(row, converters)) for row in rows]
     elif not isinstance(rows, list):
         rows = list(rows)
     with connections[using].cursor() as cursor:
-        for start in range(0, len(rows), BATCH):
-            cursor.executemany(sql, rows[start : start + BATCH])
+        for start in range(0, len(rows), per_statement):
+            batch = rows[start : start + per_statement]
+            cursor.execute(head + ", ".join([placeholders] * len(batch)), [value for row in batch for value in row])

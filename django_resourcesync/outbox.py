@@ -146,6 +146,10 @@ class Dispatcher:
             time.sleep(GATHER_SECONDS)
             self._wake.clear()
             self._round()
+            if not self._wake.is_set():
+                # Idle: let the thread's database connections go (a busy thread keeps them,
+                # as connecting costs more than a round).
+                connections.close_all()
 
     def _round(self):
         with self._lock:
@@ -172,7 +176,8 @@ class Dispatcher:
     @staticmethod
     def _write(using, rows):
         connection = connections[using]
-        connection.close_if_unusable_or_obsolete()
+        if connection.connection is not None and not connection.is_usable():
+            connection.close()  # dropped by the server since the last round
         with transaction.atomic(using=using):
             insert(rows, using)
 
