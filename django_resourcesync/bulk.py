@@ -31,23 +31,32 @@ def _statement(model, fields, using):
     meta = model._meta
     columns = [meta.get_field(name.removesuffix("_id") if name.endswith("_id") else name) for name in fields]
     quote = connection.ops.quote_name
-    head = f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(field.column) for field in columns)}) VALUES "
+    target = f"{quote(meta.db_table)} ({', '.join(quote(field.column) for field in columns)})"
     placeholders = f"({', '.join(['%s'] * len(columns))})"
     converters = tuple(_converter(field, connection) for field in columns)
     per_statement = max(1, min(ROWS_PER_STATEMENT, connection.ops.bulk_batch_size(columns, [None] * ROWS_PER_STATEMENT)))
-    return head, placeholders, converters if any(converters) else None, per_statement
+    return target, placeholders, converters if any(converters) else None, per_statement
 
 
 def insert(model, fields, rows, using):
     """Insert ``rows`` (tuples of values for the attributes ``fields``, foreign keys by their
-    ``_id``) into ``model``'s table, in the current transaction of database ``using``: a
-    multi-row INSERT per few hundred rows."""
-    head, placeholders, converters, per_statement = _statement(model, tuple(fields), using)
+    ``_id``) into ``model``'s table, in the current transaction of database ``using``: by
+    ``COPY`` on PostgreSQL (psycopg 3), else a multi-row INSERT per few hundred rows."""
+    target, placeholders, converters, per_statement = _statement(model, tuple(fields), using)
     if converters:
         rows = [tuple(value if convert is None or value is None else convert(value) for value, convert in zip(row, converters)) for row in rows]
     elif not isinstance(rows, list):
         rows = list(rows)
-    with connections[using].cursor() as cursor:
+    if not rows:
+        return
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        raw = cursor.cursor
+        if connection.vendor == "postgresql" and hasattr(raw, "copy"):
+            with raw.copy(f"COPY {target} FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            return
         for start in range(0, len(rows), per_statement):
             batch = rows[start : start + per_statement]
-            cursor.execute(head + ", ".join([placeholders] * len(batch)), [value for row in batch for value in row])
+            cursor.execute(f"INSERT INTO {target} VALUES " + ", ".join([placeholders] * len(batch)), [value for row in batch for value in row])
