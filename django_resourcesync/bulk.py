@@ -12,6 +12,8 @@ from django.db import connections
 
 #: Rows per INSERT statement at most (fewer where the database limits parameters).
 ROWS_PER_STATEMENT = 500
+#: Rows from which COPY pays on PostgreSQL (it takes more round trips than one INSERT).
+COPY_FROM = 50
 
 
 def _converter(field, connection):
@@ -41,7 +43,8 @@ def _statement(model, fields, using):
 def insert(model, fields, rows, using):
     """Insert ``rows`` (tuples of values for the attributes ``fields``, foreign keys by their
     ``_id``) into ``model``'s table, in the current transaction of database ``using``: by
-    ``COPY`` on PostgreSQL (psycopg 3), else a multi-row INSERT per few hundred rows."""
+    ``COPY`` on PostgreSQL (psycopg 3) for more than a few rows, else a multi-row INSERT per few
+    hundred rows."""
     target, placeholders, converters, per_statement = _statement(model, tuple(fields), using)
     if converters:
         rows = [tuple(value if convert is None or value is None else convert(value) for value, convert in zip(row, converters)) for row in rows]
@@ -52,7 +55,7 @@ def insert(model, fields, rows, using):
     connection = connections[using]
     with connection.cursor() as cursor:
         raw = cursor.cursor
-        if connection.vendor == "postgresql" and hasattr(raw, "copy"):
+        if len(rows) >= COPY_FROM and connection.vendor == "postgresql" and hasattr(raw, "copy"):
             with raw.copy(f"COPY {target} FROM STDIN") as copy:
                 for row in rows:
                     copy.write_row(row)
