@@ -145,11 +145,14 @@ class Dispatcher:
             self._wake.wait()
             time.sleep(GATHER_SECONDS)
             self._wake.clear()
-            self._round()
-            if not self._wake.is_set():
-                # Idle: let the thread's database connections go (a busy thread keeps them,
-                # as connecting costs more than a round).
-                connections.close_all()
+            try:
+                self._round()
+                if not self._wake.is_set():
+                    # Idle: let the thread's database connections go (a busy thread keeps
+                    # them, as connecting costs more than a round).
+                    connections.close_all()
+            except Exception:  # the thread must outlive any failure; what it held is logged
+                logger.exception("Change dispatch failed; the next reconcile finds what it held")
 
     def _round(self):
         with self._lock:
