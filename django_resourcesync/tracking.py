@@ -187,12 +187,10 @@ class SetWriter:
             Resource.objects.filter(pk__in=gone[start : start + 1000]).delete()
         now = timezone.now()
         set_id = self.resource_set.pk
-        bulk.insert(
-            Resource,
-            RECORD_FIELDS,
-            [(set_id, key, *(values[name] for name in ENTRY_FIELDS), now) for key, values in writes.items()],
-            self.using,
-        )
+        rows = {key: (set_id, key, *(values[name] for name in ENTRY_FIELDS), now) for key, values in writes.items()}
+        # A rewritten record keeps its key: builds plan their parts by key ranges.
+        bulk.insert(Resource, ("id", *RECORD_FIELDS), [(known[key]["id"], *row) for key, row in rows.items() if key in known], self.using)
+        bulk.insert(Resource, RECORD_FIELDS, [row for key, row in rows.items() if key not in known], self.using)
         for change in changes:
             setattr(self.counts, change.change, getattr(self.counts, change.change) + 1)
         if self.record_events:
