@@ -1,7 +1,7 @@
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import FieldError, ImproperlyConfigured
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
@@ -9,7 +9,7 @@ from . import uris
 from .builders import current_build
 from .builders.capabilitylist import DOCUMENT_NAMES
 from .capabilities import CAPABILITY_CHOICES
-from .models import Build, ChangeEvent, ChangeList, Document, Resource, ResourceSet, default_capabilities
+from .models import Build, BuildPart, ChangeEvent, ChangeList, Document, Resource, ResourceSet, default_capabilities
 from .sources import registry
 
 
@@ -129,10 +129,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class DocumentInline(admin.TabularInline):
-    model = Document
-    fields = ["name", "is_index", "entries", "size", "at", "completed"]
-    readonly_fields = fields
+class ReadOnlyInline(admin.TabularInline):
     extra = 0
     can_delete = False
 
@@ -140,11 +137,38 @@ class DocumentInline(admin.TabularInline):
         return False
 
 
+class DocumentInline(ReadOnlyInline):
+    model = Document
+    fields = ["name", "is_index", "entries", "size", "at", "completed"]
+    readonly_fields = fields
+
+
+class BuildPartInline(ReadOnlyInline):
+    """The parts of a build rendered in parts: which are done, and how often each was started."""
+
+    model = BuildPart
+    fields = ["number", "after_pk", "last_pk", "attempts", "done", "documents", "entries", "report"]
+    readonly_fields = fields
+
+
 @admin.register(Build)
 class BuildAdmin(ReadOnlyAdmin):
-    list_display = ["pk", "resource_set", "capability", "status", "entries", "documents", "at", "completed", "finished"]
+    list_display = ["pk", "resource_set", "capability", "status", "parts_done", "entries", "documents", "at", "completed", "finished"]
     list_filter = ["status", "capability", "resource_set"]
-    inlines = [DocumentInline]
+    readonly_fields = ["parts_done"]
+    inlines = [BuildPartInline, DocumentInline]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(
+            parts_total=Count("parts"), parts_finished=Count("parts", filter=Q(parts__done__isnull=False))
+        )
+
+    @admin.display(description=_("parts done"))
+    def parts_done(self, obj):
+        """``3 of 4`` for a build rendered in parts (a parallel one, while it runs), else —."""
+        if not obj.parts_total:
+            return "—"
+        return _("%(done)d of %(total)d") % {"done": obj.parts_finished, "total": obj.parts_total}
 
 
 @admin.register(Resource)

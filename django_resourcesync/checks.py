@@ -82,6 +82,15 @@ def check_settings(app_configs=None, **kwargs):
                 id="resourcesync.E008",
             )
         )
+    attempts = app_settings.PART_ATTEMPTS
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+        errors.append(
+            Error(
+                f"RESOURCESYNC['PART_ATTEMPTS'] = {attempts!r} is not a positive integer.",
+                hint="Default: 3. A part of a parallel build must be allowed to start at least once.",
+                id="resourcesync.E019",
+            )
+        )
     keep = app_settings.KEEP_BUILDS
     if not isinstance(keep, int) or isinstance(keep, bool) or keep < 0:
         errors.append(Error("RESOURCESYNC['KEEP_BUILDS'] must be 0 or more.", hint="Default: 1.", id="resourcesync.E009"))

@@ -303,6 +303,7 @@ class BuildPart(models.Model):
     entries = models.PositiveBigIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0, help_text=_("Times a task started rendering it."))
     done = models.DateTimeField(null=True, blank=True)
+    report = models.JSONField(default=dict, blank=True, help_text=_("What rendering it noticed (a dump's part: files changed since hashed, …)."))
 
     class Meta:
         ordering = ["build", "number"]

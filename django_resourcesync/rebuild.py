@@ -18,9 +18,10 @@ def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None, para
     over is closed (the open list itself is served live and needs no build), and the changes not
     yet in a Change Dump package are packaged. Returns the builds (Resource List, Resource Dump).
 
-    With ``parallel`` (a Celery worker runs this), a Resource List past one document is rendered
-    in parts by Celery tasks: its build is returned running, and is published by the task that
-    completes it (see :mod:`~django_resourcesync.builders.parts`).
+    With ``parallel`` (a Celery worker runs this), a Resource List past one document, and a
+    Resource Dump of more than one package, are rendered in parts by Celery tasks: their builds
+    are returned running, and are published by the task that completes each (see
+    :mod:`~django_resourcesync.builders.parts`).
     """
     wanted = [c for c, _label in capabilities.CAPABILITY_CHOICES if resource_set.has_capability(c) and (not only or c in only)]
     if not wanted:
@@ -42,7 +43,8 @@ def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None, para
                                              parallel=parallel, lock=lock))
     if capabilities.RESOURCEDUMP in wanted:
         with build_lock(resource_set, capabilities.RESOURCEDUMP) as lock:
-            builds.append(build_resourcedump(resource_set, refresh=False, progress=lock.renewing(progress), batch_size=batch_size))
+            builds.append(build_resourcedump(resource_set, refresh=False, progress=lock.renewing(progress), batch_size=batch_size,
+                                             parallel=parallel, lock=lock))
     if capabilities.CHANGELIST in wanted:
         with tracking.locked(resource_set):
             changelist.close_due(resource_set)

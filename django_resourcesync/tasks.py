@@ -26,8 +26,9 @@ def _summary(resource_set, builds):
 @shared_task(name="resourcesync.rebuild_set", bind=True)
 def rebuild_set_task(self, set_id, only=None, batch_size=None):
     """Rebuild one enabled set's documents; returns a summary of the builds. Run by a worker, a
-    Resource List past one document is rendered in parts by ``resourcesync.build_part`` tasks,
-    and its build is reported ``running`` until the last of them publishes it."""
+    Resource List past one document and a Resource Dump of more than one package are rendered in
+    parts by ``resourcesync.build_part`` tasks, and their builds are reported ``running`` until
+    the last part of each sends the final step that publishes it."""
     try:
         resource_set = ResourceSet.objects.get(pk=set_id, enabled=True)
     except ResourceSet.DoesNotExist:

@@ -1,5 +1,6 @@
-"""Parallel builds: a Resource List planned as parts that Celery tasks render, in process (eager
-mode) and on real worker processes fed by Redis, one of them killed in the middle of a part."""
+"""Parallel builds: a Resource List and a Resource Dump planned as parts that Celery tasks render,
+in process (eager mode) and on real worker processes fed by Redis, one of them killed in the
+middle of a part."""
 
 import contextlib
 import datetime
@@ -15,13 +16,16 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from django_resourcesync.builders import BuildInProgress, build_lock, parts, resourcelist
+from django_resourcesync import packaging
+from django_resourcesync.builders import BuildInProgress, build_lock, parts, resourcedump, resourcelist
+from django_resourcesync.builders.resourcedump import build_resourcedump
 from django_resourcesync.builders.resourcelist import build_resourcelist
-from django_resourcesync.models import Build, BuildLock, BuildPart, Document
+from django_resourcesync.models import Build, BuildLock, BuildPart, Document, Resource
 from django_resourcesync.tasks import build_part_task
 
 from .conftest import demo_set
 from .helpers import build, fetch, path_of, resource_list_entries
+from .test_dumps import unpack
 from .xmlcheck import SM, check_document, entries, link
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,7 +153,7 @@ def test_a_part_rendered_again_overwrites_its_file_and_a_done_part_is_not_render
     assert BuildLock.objects.get().holder == held_parts[0][2], "held after the starter returned"
     # An attempt at part 1 that was killed after writing its file, before recording it.
     killed = resourcelist.render_part(parts.BuildContext(build=started), started.parts.get(number=1), batch_size=100)
-    assert killed == (1, 3) and not Document.objects.filter(build=started).exists()
+    assert killed == (1, 3, {}) and not Document.objects.filter(build=started).exists()
     folder = documents_storage / "documents" / "metadata" / str(started.pk)
     assert sorted(path.name for path in folder.iterdir()) == ["part-00001.xml"]
     for args in held_parts:
@@ -194,12 +198,172 @@ def test_an_expired_lock_lets_the_next_build_run_and_fails_the_abandoned_one(set
     assert not Document.objects.filter(build=abandoned).exists()
 
 
+# --- Resource Dumps --------------------------------------------------------------------------
+
+DUMP_REPORT = {"changed_since_hashed": 0, "unreadable": 0, "gone": 0}
+
+
+def dumping(resource_set):
+    resource_set.capabilities = ["resourcelist", "resourcedump"]
+    resource_set.save()
+    return resource_set
+
+
+def parallel_dump(resource_set):
+    with build_lock(resource_set, "resourcedump") as lock:
+        started = build_resourcedump(resource_set, refresh=False, parallel=True, lock=lock)
+    return Build.objects.get(pk=started.pk)
+
+
+def packed(resource_set, limit=None):
+    """What the served dump packs, every package and manifest checked (see test_dumps.unpack):
+    ``[(package file name, [(loc, manifest md, bytes)])]``; each package's bitstreams are at
+    most ``limit`` bytes, a single file excepted."""
+    dump, packages = unpack(resource_set, "resourcedump")
+    found = []
+    for entry, (_manifest, _meta, listed) in zip(entries(dump), packages):
+        members = [(uri, md, data) for uri, versions in listed.items() for md, data in versions]
+        if limit is not None and len(members) > 1:
+            assert sum(len(data) for _uri, _md, data in members) <= limit
+        found.append((entry.find(f"{{{SM}}}loc").text.rsplit("/", 1)[1], members))
+    return found
+
+
+@pytest.mark.django_db
+def test_a_parallel_dump_packs_what_the_dump_in_one_process_packs(settings, seed, bitstreams):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "DUMP_PACKAGE_BYTES": 5000}
+    dumping(bitstreams)
+    seed(6, file_size=2048)  # 8 files of 2048 bytes: two to a package
+    in_process = build_resourcedump(bitstreams)
+    expected = packed(bitstreams, 5000)
+    assert [name for name, _members in expected] == [f"part-{n:05d}.zip" for n in range(1, 5)]
+    assert [(p.number, p.attempts, p.entries) for p in in_process.parts.all()] == [(n, 0, 2) for n in range(1, 5)]
+
+    built = parallel_dump(bitstreams)
+    assert built.status == Build.Status.PUBLISHED and built.entries == in_process.entries == 8
+    assert Build.objects.get(pk=in_process.pk).status == Build.Status.RETIRED
+    assert packed(bitstreams, 5000) == expected, "the same members, paths, hashes and bytes in the same packages"
+    assert [(p.number, p.attempts, p.documents, p.entries) for p in built.parts.all()] == [(n, 1, 1, 2) for n in range(1, 5)]
+    assert built.report == in_process.report == DUMP_REPORT
+    assert built.documents == 4 * 2 + 1
+    assert not BuildLock.objects.exists(), "released by the final step"
+
+
+@pytest.mark.django_db
+def test_a_dump_planned_from_wrong_or_unknown_lengths_makes_no_package_too_large(settings, seed, bitstreams):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "DUMP_PACKAGE_BYTES": 5000}
+    dumping(bitstreams)
+    seed(6, file_size=2048)
+    build_resourcedump(bitstreams)
+    rows = list(Resource.objects.filter(resource_set=bitstreams).order_by("pk"))
+    # Records that say less than the files hold: the plan puts four files in part 1, and the
+    # third, recorded as 10 bytes, would take the first package past the limit.
+    Resource.objects.filter(pk=rows[2].pk).update(length=10)
+    Resource.objects.filter(pk=rows[3].pk).update(length=None)
+    in_process = build_resourcedump(bitstreams, refresh=False)
+    expected = packed(bitstreams, 5000)
+    assert [part.entries for part in in_process.parts.all()] == [4, 2, 2]
+    assert [(name, len(members)) for name, members in expected] == [
+        ("part-00001.zip", 2), ("part-00001-2.zip", 2), ("part-00002.zip", 2), ("part-00003.zip", 2)]
+    assert in_process.report == {**DUMP_REPORT, "changed_since_hashed": 2}
+
+    built = parallel_dump(bitstreams)
+    assert built.status == Build.Status.PUBLISHED
+    assert packed(bitstreams, 5000) == expected
+    assert [(p.documents, p.entries) for p in built.parts.all()] == [(2, 4), (1, 2), (1, 2)]
+    assert built.report == in_process.report
+
+
+@pytest.mark.django_db
+def test_a_failing_package_fails_the_dump_and_leaves_the_previous_one_live(
+    settings, seed, bitstreams, monkeypatch, documents_storage, django_capture_on_commit_callbacks
+):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "DUMP_PACKAGE_BYTES": 5000}
+    dumping(bitstreams)
+    seed(6, file_size=2048)
+    previous = build_resourcedump(bitstreams)
+    _, served, _ = fetch("/resourcesync/bitstreams/resourcedump.xml")
+    calls = {"n": 0}
+    real = packaging.PackageWriter.add
+
+    def failing(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 4:  # the second file of part 2: in the middle of its package
+            raise OSError("connection to storage lost")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(packaging.PackageWriter, "add", failing)
+    with django_capture_on_commit_callbacks(execute=True), pytest.raises(OSError):
+        parallel_dump(bitstreams)
+    failed = Build.objects.filter(resource_set=bitstreams, capability="resourcedump").order_by("-pk").first()
+    assert failed.pk != previous.pk
+    assert failed.status == Build.Status.FAILED and "connection to storage lost" in failed.error
+    assert [part.done is not None for part in failed.parts.all()] == [True, False, False, False]
+    assert not Document.objects.filter(build=failed).exists()
+    folder = documents_storage / "documents" / "bitstreams" / str(failed.pk)
+    assert not folder.exists() or not any(folder.iterdir()), "part 1's package and part 2's half were removed"
+    assert Build.objects.get(pk=previous.pk).status == Build.Status.PUBLISHED
+    assert fetch("/resourcesync/bitstreams/resourcedump.xml")[1] == served
+    monkeypatch.undo()
+    assert len(packed(bitstreams)) == 4, "the previous dump, whole"
+    assert not BuildLock.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_package_packed_again_overwrites_its_files(settings, seed, bitstreams, held_parts, documents_storage):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "DUMP_PACKAGE_BYTES": 5000}
+    dumping(bitstreams)
+    seed(6, file_size=2048)
+    build_resourcedump(bitstreams)
+    expected = packed(bitstreams)
+    started = parallel_dump(bitstreams)
+    assert started.status == Build.Status.RUNNING and len(held_parts) == 4
+    # An attempt at part 1 that was killed after writing its package, before recording it.
+    killed = resourcedump.render_part(parts.BuildContext(build=started), started.parts.get(number=1))
+    assert killed == (1, 2, DUMP_REPORT) and not Document.objects.filter(build=started).exists()
+    folder = documents_storage / "documents" / "bitstreams" / str(started.pk)
+    assert sorted(path.name for path in folder.iterdir()) == ["part-00001-manifest.xml", "part-00001.zip"]
+    for args in held_parts:
+        build_part_task.apply(args=args).get()
+    assert Build.objects.get(pk=started.pk).status == Build.Status.PUBLISHED
+    names = [f"part-{n:05d}{suffix}" for n in range(1, 5) for suffix in ("-manifest.xml", ".zip")]
+    assert sorted(path.name for path in folder.iterdir()) == sorted([*names, "resourcedump.xml"])
+    assert packed(bitstreams) == expected
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_the_progress_of_the_parts(settings, seed, metadata, held_parts, admin_client):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 3}
+    seed(7)
+    started = parallel_build(metadata)
+    build_part_task.apply(args=held_parts[0]).get()
+    BuildPart.objects.filter(build=started, number=2).update(attempts=1)  # started, not done
+    page = admin_client.get(f"/admin/resourcesync/build/{started.pk}/change/").content.decode()
+    assert "1 of 3" in page and "Build parts" in page
+    assert 'name="parts-0-attempts"' not in page, "read only"
+    listing = admin_client.get("/admin/resourcesync/build/").content.decode()
+    assert "1 of 3" in listing
+    for args in held_parts[1:]:
+        build_part_task.apply(args=args).get()
+    assert "3 of 3" in admin_client.get(f"/admin/resourcesync/build/{started.pk}/change/").content.decode()
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, "3", True, None])
+def test_part_attempts_must_be_a_positive_integer(settings, value):
+    from django_resourcesync.checks import check_settings
+
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "PART_ATTEMPTS": value}
+    assert "resourcesync.E019" in [error.id for error in check_settings()]
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "PART_ATTEMPTS": 1}
+    assert "resourcesync.E019" not in [error.id for error in check_settings()]
+
+
 # --- Real workers --------------------------------------------------------------------------
 
 WORKER_SETTINGS = """
 from tests.settings import *  # noqa
 
-RESOURCESYNC = {**RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 20}
+RESOURCESYNC = {**RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 20, "DUMP_PACKAGE_BYTES": 5000}
 # A task whose worker died goes back to the queue after this many seconds (Redis redelivers
 # unacknowledged messages once their visibility timeout is over), checked every second.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 8, "unacked_restore_interval": 1, "unacked_restore_throttle": 1}
@@ -216,7 +380,7 @@ def workers(transactional_db, tmp_path, settings):
 
     redis.Redis.from_url(REDIS_URL).ping()  # a missing broker is a failure, not a skip
     (tmp_path / "parallel_worker_settings.py").write_text(WORKER_SETTINGS)
-    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 20}
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 20, "DUMP_PACKAGE_BYTES": 5000}
     settings.MEDIA_ROOT = str(tmp_path / "media")
     db = connection.settings_dict
     env = dict(
@@ -263,9 +427,10 @@ def wait_for(condition, seconds, what):
         time.sleep(0.2)
 
 
-class DocumentsHeld:
-    """Holds a lock on the Document table from another connection: a part can render and write
-    its file, then waits before it records it, in the middle of its work."""
+class Held:
+    """Holds a lock taken by ``statement`` from another connection until the block ends."""
+
+    statement, params = "", None
 
     def __enter__(self):
         import psycopg
@@ -274,12 +439,29 @@ class DocumentsHeld:
         self.connection = psycopg.connect(
             host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"], password=db["PASSWORD"], dbname=db["NAME"]
         )
-        self.connection.execute("LOCK TABLE resourcesync_document IN SHARE MODE")
+        self.connection.execute(self.statement, self.params)
         return self
 
     def __exit__(self, *exc_info):
         self.connection.rollback()
         self.connection.close()
+
+
+class DocumentsHeld(Held):
+    """Holds a lock on the Document table: a part can render and write its file, then waits
+    before it records it, in the middle of its work."""
+
+    statement = "LOCK TABLE resourcesync_document IN SHARE MODE"
+
+
+class ResourcesHeld(Held):
+    """Holds the given Resource rows: a dump's part that packs one of them, changed since it was
+    hashed, waits to hand it to change tracking, in the middle of writing its package."""
+
+    statement = "SELECT id FROM resourcesync_resource WHERE id = ANY(%s) FOR UPDATE"
+
+    def __init__(self, pks):
+        self.params = [list(pks)]
 
 
 @contextlib.contextmanager
@@ -310,7 +492,7 @@ def published_first(seed):
 
 
 def new_build(resource_set, previous):
-    return Build.objects.filter(resource_set=resource_set, capability="resourcelist", pk__gt=previous.pk).first()
+    return Build.objects.filter(resource_set=resource_set, capability=previous.capability, pk__gt=previous.pk).first()
 
 
 def wait_published(resource_set, previous):
@@ -364,3 +546,49 @@ def test_a_worker_killed_in_the_middle_of_a_part_leaves_no_index_and_the_part_is
     assert sorted(listed(metadata)) == expected
     assert not BuildLock.objects.exists()
 
+
+
+def test_a_worker_killed_in_the_middle_of_a_package_is_redelivered_and_the_dump_publishes_whole(workers, seed):
+    from example_project.repository.models import ItemFile
+
+    sender, processes, logs = workers
+    seed(6, file_size=2048)  # 8 files: 4 packages of 2
+    bitstreams = dumping(demo_set("bitstreams"))
+    previous = build_resourcedump(bitstreams)
+    before = packed(bitstreams, 5000)
+    assert len(before) == 4
+    # The first file of each package changes behind Django's back (same name and size, so its
+    # record still vouches for it): packing it, a part hands it to change tracking, and waits
+    # there while the test holds its record, with the package half written.
+    firsts = list(Resource.objects.filter(resource_set=bitstreams).order_by("pk"))[::2]
+    for row in firsts:
+        path = Path(ItemFile.objects.get(pk=row.object_pk).file.path)
+        path.write_bytes(bytes((byte + 1) % 256 for byte in path.read_bytes()))
+    with ResourcesHeld(row.pk for row in firsts):
+        sender.send_task("resourcesync.rebuild_set", args=[bitstreams.pk, ["resourcedump"]])
+        wait_for(lambda: waiting_backends() == 2, 60, "a package in each worker")
+        assert new_build(bitstreams, previous).status == Build.Status.RUNNING
+        processes["one"].send_signal(signal.SIGKILL)
+        processes["one"].wait(timeout=30)
+    # Until the killed part is packed again, the previous dump is served, whole.
+    seen_running = 0
+    while new_build(bitstreams, previous).status == Build.Status.RUNNING:
+        assert [name for name, _members in packed(bitstreams)] == [name for name, _members in before]
+        seen_running += 1
+        time.sleep(0.2)
+    assert seen_running
+    published = wait_published(bitstreams, previous)
+    assert published.status == Build.Status.PUBLISHED, published.error
+    assert sorted(p.attempts for p in published.parts.all()) == [1, 1, 1, 2] and all(p.done for p in published.parts.all())
+    after = packed(bitstreams, 5000)
+    assert [(name, [uri for uri, _md, _data in members]) for name, members in after] == [
+        (name, [uri for uri, _md, _data in members]) for name, members in before
+    ]
+    for _name, members in after:
+        for uri, _md, data in members:
+            assert data == fetch(path_of(uri))[1], "every file packed as it is now"
+    assert published.report == {**DUMP_REPORT, "changed_since_hashed": 4}
+    assert not BuildLock.objects.exists()
+    processes["two"].terminate()
+    logs["two"] = processes["two"].communicate(timeout=60)[0]
+    assert len(re.findall(r"Task resourcesync\.build_part\[[^]]+\] succeeded", logs["two"])) >= 4, "the survivor packed the rest"

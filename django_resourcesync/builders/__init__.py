@@ -52,6 +52,17 @@ class BuildContext:
             self.build.at = timezone.now()
         self.build.save(update_fields=["at"])
 
+    def bring_up_to_date(self, *, refresh=True, pending=True, progress=None, batch_size=None):
+        """Process the source's pending changes (unless ``pending`` is false) and reconcile the
+        set (unless ``refresh`` is false), then take the snapshot time."""
+        from .. import tracking
+
+        if refresh and pending:
+            tracking.process_pending([self.resource_set.source], batch_size=batch_size)
+        if refresh:
+            tracking.reconcile(self.resource_set, progress=progress, batch_size=batch_size)
+        self.take_snapshot_time()
+
     def storage_name(self, name):
         return storage.storage_name(self.resource_set.slug, self.build.pk, posixpath.basename(name))
 

@@ -1,14 +1,22 @@
 """Builds in parts, rendered by any number of Celery workers at once.
 
-A Resource List past one document's limits is planned as parts before anything is rendered:
-ranges of the set's Resource rows by primary key, ``MAX_ENTRIES_PER_DOCUMENT`` rows each,
-recorded as :class:`~django_resourcesync.models.BuildPart` rows. A part reads only its range and
-writes its documents under the build's own names; they are recorded, and the part marked done,
-in one transaction. Rendering a part again (its task redelivered after its worker died)
-overwrites its files, and a part that is done is not rendered again. When every part is done,
-the final step checks that each part's documents are recorded and in storage and add up to its
-entries, writes the index over them and publishes the build: the same atomic switch-over as a
-build in one process, so readers never see an index whose parts are missing or stale.
+A Resource List past one document's limits, and a Resource Dump of more than one package, are
+planned as parts before anything is rendered: ranges of the set's Resource rows by primary key,
+recorded as :class:`~django_resourcesync.models.BuildPart` rows (a list's parts are
+``MAX_ENTRIES_PER_DOCUMENT`` rows each; a dump's are packages, bounded by the rows' recorded
+lengths too). A part reads only its range and writes its documents under the build's own names;
+they are recorded, and the part marked done, in one transaction. Rendering a part again (its task
+redelivered after its worker died) overwrites its files, and a part that is done is not rendered
+again. When every part is done, the final step checks that each part's documents are recorded
+and in storage and add up to its entries, writes the index (the list's index, the dump) over them
+and publishes the build: the same atomic switch-over as a build in one process, so readers never
+see an index whose parts are missing or stale.
+
+The capability's module does the rendering: ``render_part(context, part, progress=, batch_size=)``
+returns ``(documents, entries, report)``, ``part_documents(build, part)`` names a done part's
+documents in groups that each hold its entries once (a list's document; a dump's package and its
+manifest), ``finish(context, done)`` writes the index and returns ``(entries, completed,
+report)``, and ``progress_details(entries)`` gives the progress bar's unit and note.
 
 Run by a worker, :func:`dispatch` sends a ``resourcesync.build_part`` task per part, and the part
 that finds every part done sends ``resourcesync.finish_build``. The database counts the parts
@@ -22,6 +30,7 @@ waited) fails its build rather than publish beside another one.
 """
 
 import logging
+from collections import Counter
 
 from django.db import transaction
 from django.db.models import F
@@ -41,40 +50,69 @@ class PartFailed(RuntimeError):
 
 def _kind(capability):
     """The module that renders parts of ``capability`` and writes its index."""
-    from . import resourcelist
+    from . import resourcedump, resourcelist
 
-    return {capabilities.RESOURCELIST: resourcelist}[capability]
+    return {capabilities.RESOURCELIST: resourcelist, capabilities.RESOURCEDUMP: resourcedump}[capability]
 
 
-def plan(build, rows, size):
+def plan(build, rows, size, *, max_bytes=None):
     """Record the parts of ``build``: ``rows`` (a set's Resource queryset) in ranges of ``size``
     rows by primary key, fixed now so that a part is the same rows whenever it is rendered. Rows
     added later fall in a range only if their key does (they are in the changes since ``at``).
-    Each end is found by skipping ``size`` keys in the (set, key) index from the one before."""
+    With ``max_bytes``, a range also ends before its rows' recorded lengths would pass it (see
+    :func:`_ends_by_length`); otherwise each end is found by skipping ``size`` keys in the (set,
+    key) index from the one before."""
     keys = rows.order_by("pk").values_list("pk", flat=True)
-    ends = []
-    while end := list(keys.filter(pk__gt=ends[-1] if ends else 0)[size - 1 : size]):
-        ends += end
-    last = keys.last()
-    if last is not None and last not in ends[-1:]:
-        ends.append(last)
+    if max_bytes is not None:
+        ends = _ends_by_length(rows, size, max_bytes)
+    else:
+        ends = []
+        while end := list(keys.filter(pk__gt=ends[-1] if ends else 0)[size - 1 : size]):
+            ends += end
+        last = keys.last()
+        if last is not None and last not in ends[-1:]:
+            ends.append(last)
     return BuildPart.objects.bulk_create(
         BuildPart(build=build, number=number, after_pk=after, last_pk=end)
         for number, (after, end) in enumerate(zip([0, *ends], ends), start=1)
     )
 
 
+def _ends_by_length(rows, size, max_bytes):
+    """The last key of each range of at most ``size`` rows whose recorded lengths add up to at
+    most ``max_bytes``, a row alone excepted (a larger file is a range of its own); a row of
+    unknown length counts as none. The rule a dump's packer follows with the sizes it finds, so
+    that recorded lengths that are right make one package a range; one that is wrong only makes
+    the packer close a package early, within its range. One ordered pass over two columns."""
+    ends, count, total, last = [], 0, 0, None
+    for pk, length in rows.order_by("pk").values_list("pk", "length").iterator(chunk_size=app_settings.BATCH_SIZE):
+        length = length or 0
+        if count and (count >= size or total + length > max_bytes):
+            ends.append(last)
+            count, total = 0, 0
+        count, total, last = count + 1, total + length, pk
+    if last is not None:
+        ends.append(last)
+    return ends
+
+
 def render(context, part, *, progress=None, batch_size=None):
-    """Render ``part`` and record it done with its documents; returns whether it was the last."""
-    documents, entries = _kind(context.capability).render_part(
-        context, part, progress=progress, batch_size=batch_size or app_settings.BATCH_SIZE
-    )
+    """Render ``part`` and record it done with its documents; returns whether it was the last.
+    A part that fails removes the files it wrote (nothing recorded them)."""
+    try:
+        documents, entries, report = _kind(context.capability).render_part(
+            context, part, progress=progress, batch_size=batch_size or app_settings.BATCH_SIZE
+        )
+    except BaseException:
+        storage.delete_quietly([document.storage_name for document in context.documents])
+        context.documents = []
+        raise
     with transaction.atomic():
         # Parts are recorded one at a time, so exactly one of them sees every part done.
         if Build.objects.select_for_update().get(pk=context.build.pk).status != Build.Status.RUNNING:
             raise BuildAbandoned(f"{context.build} stopped while part {part.number} was rendered")
         context.save_documents()
-        BuildPart.objects.filter(pk=part.pk).update(documents=documents, entries=entries, done=timezone.now())
+        BuildPart.objects.filter(pk=part.pk).update(documents=documents, entries=entries, report=report, done=timezone.now())
         return not BuildPart.objects.filter(build=context.build, done__isnull=True).exists()
 
 
@@ -88,8 +126,13 @@ def finish(context):
     for part in done:
         if part.done is None:
             raise PartFailed(f"part {part.number} of {build} is not done")
-        documents = [recorded.get(name) for name in kind.part_documents(build, part)]
-        if None in documents or sum(document.entries for document in documents) != part.entries:
+        groups = [[recorded.get(name) for name in group] for group in kind.part_documents(build, part)]
+        documents = [document for group in groups for document in group]
+        if (
+            None in documents
+            or any(len({document.entries for document in group}) != 1 for group in groups)
+            or sum(group[0].entries for group in groups) != part.entries
+        ):
             raise PartFailed(f"the documents recorded for part {part.number} of {build} do not hold its {part.entries} entries")
         missing = [document.storage_name for document in documents if not files.exists(document.storage_name)]
         if missing:
@@ -98,16 +141,42 @@ def finish(context):
     return context.publish(entries=entries, completed=completed, report=report)
 
 
+def summed_reports(done, keys=()):
+    """The reports of the parts ``done`` added up, with every one of ``keys`` (0 if none has it)."""
+    total = Counter(dict.fromkeys(keys, 0))
+    for part in done:
+        total.update(part.report)
+    return dict(total)
+
+
 def build_in_process(context, planned, *, progress=None, total=None, batch_size=None):
-    """Render every part here, one after the other, then finish the build."""
-    rendered = 0
+    """Render every part here, one after the other, then finish the build. A part's module
+    reports ``progress(amount, entries)`` within the part (entries, or bytes for a dump), at
+    least once it is rendered; ``progress`` hears the build's ``(capability, amount, total)``."""
+    kind = _kind(context.capability)
+    done = [0, 0]  # amount and entries of the parts rendered
+    reached = [0, 0]
+
+    def report(amount, entries):
+        reached[:] = amount, entries
+        progress(context.capability, done[0] + amount, total, **kind.progress_details(done[1] + entries))
+
     for part in planned:
-        report = (lambda count, before=rendered: progress(context.capability, before + count, total)) if progress else None
-        render(context, part, progress=report, batch_size=batch_size)
-        rendered += BuildPart.objects.get(pk=part.pk).entries
+        reached[:] = 0, 0
+        render(context, part, progress=report if progress else None, batch_size=batch_size)
+        done = [done[0] + reached[0], done[1] + reached[1]]
     if progress:
-        progress(context.capability, rendered, total)
+        progress(context.capability, done[0], total, **kind.progress_details(done[1]))
     return finish(context)
+
+
+def run(context, planned, *, parallel, lock, progress=None, total=None, batch_size=None):
+    """Go on with a planned build: its parts sent to the workers with ``parallel`` (the build is
+    returned running), otherwise rendered and published here."""
+    if parallel:
+        dispatch(context.build, lock, batch_size=batch_size)
+        return context.build
+    return build_in_process(context, planned, progress=progress, total=total, batch_size=batch_size)
 
 
 def dispatch(build, lock, *, batch_size=None):

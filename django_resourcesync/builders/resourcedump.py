@@ -1,12 +1,20 @@
 """Resource Dump and its packages (spec sections 11.1 and 11.2).
 
-The dump packs what the set's Resource List lists, in the same order, into ZIP packages of at
-most ``DUMP_PACKAGE_BYTES`` bytes of bitstreams and ``MAX_ENTRIES_PER_DOCUMENT`` bitstreams. Each
-package carries ``manifest.xml`` at its top level, and an identical copy is published beside it
-for the Resource Dump's ``rs:ln rel="contents"``. Every bitstream is hashed again as it is
-packed: a file that changed since it was hashed is packed with its new hashes in the manifest,
-counted in the build's report and handed to change tracking, so lists and log catch up; a file
-that cannot be read any more is left out of its package and manifest, and reported the same way.
+The dump packs what the set's Resource List lists, in the same order (by key), into ZIP packages
+of at most ``DUMP_PACKAGE_BYTES`` bytes of bitstreams and ``MAX_ENTRIES_PER_DOCUMENT``
+bitstreams. Each package carries ``manifest.xml`` at its top level, and an identical copy is
+published beside it for the Resource Dump's ``rs:ln rel="contents"``. Every bitstream is hashed
+again as it is packed: a file that changed since it was hashed is packed with its new hashes in
+the manifest, counted in the build's report and handed to change tracking, so lists and log catch
+up; a file that cannot be read any more is left out of its package and manifest, and reported the
+same way.
+
+The packages are planned before any is written, as parts (see
+:mod:`~django_resourcesync.builders.parts`): ranges of the set's rows by key, each as many rows
+as one package takes by their recorded lengths. Run by a worker, a dump of more than one part is
+packed by Celery tasks, a part each, at the same time. A part's packer closes a package by the
+sizes it finds, too: a record that is wrong (a file that grew) makes the part two packages
+(``part-NNNNN.zip`` and ``part-NNNNN-2.zip``), never one too large.
 
 URIs: ``resourcedump.xml`` (a Resource Dump, or a Resource Dump Index past the entry limit) and
 ``resourcedump/<build>/part-NNNNN.zip`` with ``…-manifest.xml``.
@@ -15,15 +23,16 @@ URIs: ``resourcedump.xml`` (a Resource Dump, or a Resource Dump Index past the e
 import logging
 import tempfile
 
+from django.db.models import Sum
 from django.utils import timezone
 
 from .. import capabilities, tracking, uris
 from ..conf import app_settings
-from ..models import Resource
+from ..models import Document, Resource
 from ..packaging import ZIP_MEDIA_TYPE, MemberNames, PackageWriter
 from ..sources import UnpublishableResource
 from ..xml.writer import DocumentWriter, hash_value, url_element, w3c_datetime
-from . import BuildContext
+from . import BuildContext, parts
 
 logger = logging.getLogger(__name__)
 
@@ -31,25 +40,33 @@ NAME = "resourcedump.xml"
 FETCH = 200  # resources whose objects are fetched from the site in one query
 
 
-def package_name(build, number):
-    return f"resourcedump/{build.pk}/part-{number:05d}.zip"
+def _stem(build, number, package):
+    return f"resourcedump/{build.pk}/part-{number:05d}" + (f"-{package}" if package > 1 else "")
 
 
-def manifest_name(build, number):
-    return f"resourcedump/{build.pk}/part-{number:05d}-manifest.xml"
+def package_name(build, number, package=1):
+    """Package ``package`` of part ``number`` (the first has no suffix)."""
+    return f"{_stem(build, number, package)}.zip"
+
+
+def manifest_name(build, number, package=1):
+    return f"{_stem(build, number, package)}-manifest.xml"
 
 
 class Packer:
     """Fills packages one after the other for a build; shared by Resource and Change Dumps."""
 
-    def __init__(self, context, source, *, capability, name_of, manifest_of, progress=None, split=True):
+    REPORT = ("changed_since_hashed", "unreadable", "gone")
+
+    def __init__(self, context, source, *, capability, name_of, manifest_of, progress=None, split=True, replace=False):
         self.context, self.source = context, source
         self.split = split
+        self.replace = replace  # write over files of an earlier attempt at the same names
         self.capability = capability
         self.name_of, self.manifest_of = name_of, manifest_of
         self.progress = progress
         self.packages = []  # (package Document, manifest Document, md dict) per finished package
-        self.report = {"changed_since_hashed": 0, "unreadable": 0, "gone": 0}
+        self.report = dict.fromkeys(self.REPORT, 0)
         self.package = None
         self.started = None
         self.bytes_done = 0
@@ -85,13 +102,14 @@ class Packer:
             return None
         if found is None:
             return None
-        if not self.fits(row.length):
+        # The size the file has now decides, so a record that is wrong never overfills a package.
+        size = self._current_size(obj, row.length)
+        if not self.fits(size):
             self.finish()
         if self.package is None:
             self._start()
         member = self.names.name(row.uri)
         chunks, _content_type = found
-        size = self._current_size(obj, row.length)
         # Bytes with a record are checked with sha-256 and length: when both match, the
         # recorded md5 is theirs too, and only a file that changed is read again for its md5.
         checking = bool(recorded.sha256 and recorded.md5)
@@ -147,7 +165,8 @@ class Packer:
         manifest_md = {"capability": f"{self.capability}-manifest", **(md or self._snapshot(completed))}
         links = [{"rel": "up", "href": uris.capability_list_uri(self.context.resource_set)}]
         with tempfile.TemporaryFile() as manifest:
-            manifest_doc = self.context.write(self.manifest_of(number), self.manifest, md=manifest_md, links=links, keep=manifest)
+            manifest_doc = self.context.write(self.manifest_of(number), self.manifest, md=manifest_md, links=links, keep=manifest,
+                                              replace=self.replace)
             try:
                 sha256, size = self.package.close(manifest)
             except BaseException:
@@ -169,41 +188,82 @@ class Packer:
             self.package = None
 
 
-def build_resourcedump(resource_set, *, refresh=True, pending=True, progress=None, batch_size=None):
-    """Pack the set's resources into ZIP packages and publish its Resource Dump."""
+def build_resourcedump(resource_set, *, refresh=True, pending=True, progress=None, batch_size=None, parallel=False, lock=None):
+    """Pack the set's resources into ZIP packages and publish its Resource Dump.
+
+    The packages are planned as parts first. With ``parallel``, a dump of more than one part is
+    packed by Celery workers, a task per part, under ``lock`` (the build lock, kept held until
+    the build is over), and the build is returned running; the task that completes it publishes
+    it. Otherwise the parts are packed here, one after the other. On any error the build is
+    recorded as failed, its files are removed, and the dump published before stays.
+    """
+    if parallel and lock is None:
+        raise ValueError("a parallel build needs the build lock it runs under")
     context = BuildContext(resource_set, capabilities.RESOURCEDUMP, at=timezone.now())
-    source = resource_set.get_source()
-    packer = Packer(context, source, capability=capabilities.RESOURCEDUMP,
-                    name_of=lambda n: package_name(context.build, n), manifest_of=lambda n: manifest_name(context.build, n),
-                    progress=progress)
+    batch_size = batch_size or app_settings.BATCH_SIZE
     try:
-        if refresh and pending:
-            tracking.process_pending([resource_set.source], batch_size=batch_size)
-        if refresh:
-            tracking.reconcile(resource_set, progress=progress, batch_size=batch_size)
-        context.take_snapshot_time()
-        rows = Resource.objects.filter(resource_set=resource_set).order_by("uri")
-        total_bytes = sum(length or 0 for length in rows.values_list("length", flat=True))
-        count = 0
-        batch = []
+        context.bring_up_to_date(refresh=refresh, pending=pending, progress=progress, batch_size=batch_size)
+        rows = Resource.objects.filter(resource_set=resource_set)
+        planned = parts.plan(context.build, rows, app_settings.MAX_ENTRIES_PER_DOCUMENT, max_bytes=app_settings.DUMP_PACKAGE_BYTES)
+        total = rows.aggregate(total=Sum("length"))["total"] or 0
+        return parts.run(context, planned, parallel=parallel and len(planned) > 1, lock=lock, progress=progress, total=total,
+                         batch_size=batch_size)
+    except BaseException as exc:
+        context.fail(exc)
+        raise
+
+
+def render_part(context, part, *, progress=None, batch_size=None):
+    """Pack the rows of ``part`` into its packages (recorded in ``context.documents``, with their
+    manifests); returns ``(packages, bitstreams, report)``. Packing a part again overwrites its
+    files. ``progress(bytes, files)`` hears how far it got, every ``FETCH`` rows and at the end."""
+    build, resource_set = context.build, context.resource_set
+    source = resource_set.get_source()
+    packer = Packer(context, source, capability=capabilities.RESOURCEDUMP, replace=True,
+                    name_of=lambda n: package_name(build, part.number, n), manifest_of=lambda n: manifest_name(build, part.number, n))
+    rows = Resource.objects.filter(resource_set=resource_set, pk__gt=part.after_pk, pk__lte=part.last_pk).order_by("pk")
+    count = 0
+    batch = []
+    try:
         for row in rows.iterator(chunk_size=FETCH):
             batch.append(row)
             if len(batch) == FETCH:
                 count += _pack_batch(packer, source, resource_set, batch)
                 batch = []
                 if progress:
-                    progress("resourcedump", packer.bytes_done, total_bytes, unit="B", note=f"{count} files")
+                    progress(packer.bytes_done, count)
         count += _pack_batch(packer, source, resource_set, batch)
         packer.finish()
-        if progress:
-            progress("resourcedump", packer.bytes_done, total_bytes, unit="B", note=f"{count} files")
-        completed = timezone.now()
-        _write_dump(context, packer.packages, completed)
-    except BaseException as exc:
+    except BaseException:
         packer.abort()
-        context.fail(exc)
         raise
-    return context.publish(entries=count, completed=completed, report=packer.report)
+    if progress:
+        progress(packer.bytes_done, count)
+    return len(packer.packages), count, packer.report
+
+
+def part_documents(build, part):
+    """The packages of a done part, each with its manifest, which hold the same entries."""
+    return [(package_name(build, part.number, n), manifest_name(build, part.number, n)) for n in range(1, part.documents + 1)]
+
+
+def progress_details(files):
+    return {"unit": "B", "note": f"{files} files"}
+
+
+def finish(context, done):
+    """Write the Resource Dump (or its index) over the packages of the parts ``done``; returns
+    ``(entries, completed, report)``."""
+    recorded = {document.name: document for document in Document.objects.filter(build=context.build)}
+    packages = []
+    for part in done:
+        for package, manifest in part_documents(context.build, part):
+            package_doc = recorded[package]
+            md = {"at": w3c_datetime(package_doc.at), "completed": w3c_datetime(package_doc.completed)}
+            packages.append((package_doc, recorded[manifest], md))
+    completed = timezone.now()
+    _write_dump(context, packages, completed)
+    return sum(part.entries for part in done), completed, parts.summed_reports(done, Packer.REPORT)
 
 
 def _pack_batch(packer, source, resource_set, rows):

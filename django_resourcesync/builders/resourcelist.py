@@ -14,7 +14,6 @@ from django.utils import timezone
 from .. import capabilities, uris
 from ..conf import app_settings
 from ..models import Document, Resource
-from ..tracking import process_pending, reconcile
 from ..xml.writer import DocumentWriter, url_element, w3c_datetime
 from . import BuildContext, parts
 
@@ -47,11 +46,7 @@ def build_resourcelist(resource_set, *, refresh=True, pending=True, progress=Non
     context = BuildContext(resource_set, capabilities.RESOURCELIST, at=timezone.now())
     batch_size = batch_size or app_settings.BATCH_SIZE
     try:
-        if refresh and pending:
-            process_pending([resource_set.source], batch_size=batch_size)
-        if refresh:
-            reconcile(resource_set, progress=progress, batch_size=batch_size)
-        context.take_snapshot_time()
+        context.bring_up_to_date(refresh=refresh, pending=pending, progress=progress, batch_size=batch_size)
         rows = Resource.objects.filter(resource_set=resource_set)
         total = rows.count()
         if total <= app_settings.MAX_ENTRIES_PER_DOCUMENT:
@@ -62,10 +57,7 @@ def build_resourcelist(resource_set, *, refresh=True, pending=True, progress=Non
                 # Planned as one document, the list outgrew the limits: render it as an index.
                 context.discard()
         planned = parts.plan(context.build, rows, app_settings.MAX_ENTRIES_PER_DOCUMENT)
-        if parallel:
-            parts.dispatch(context.build, lock, batch_size=batch_size)
-            return context.build
-        return parts.build_in_process(context, planned, progress=progress, total=total, batch_size=batch_size)
+        return parts.run(context, planned, parallel=parallel, lock=lock, progress=progress, total=total, batch_size=batch_size)
     except BaseException as exc:
         context.fail(exc)
         raise
@@ -106,7 +98,7 @@ def _render_single(context, rows, total, progress, batch_size):
 
 def render_part(context, part, *, progress=None, batch_size):
     """Write the rows of ``part`` into its documents (kept in ``context.documents``); returns
-    ``(documents, entries)``. Rendering a part again overwrites its files."""
+    ``(documents, entries, report)``. Rendering a part again overwrites its files."""
     build = context.build
     rows = Resource.objects.filter(resource_set=context.resource_set, pk__gt=part.after_pk, pk__lte=part.last_pk)
     links = _links(context.resource_set, True)
@@ -127,18 +119,24 @@ def render_part(context, part, *, progress=None, batch_size):
         writer.add(entry)
         count += 1
         if progress and count % 10_000 == 0:
-            progress(count)
+            progress(count, count)
     if writer.count or not written:
         finish_document()
         written += 1
     else:
         writer.discard()
-    return written, count
+    if progress:
+        progress(count, count)
+    return written, count, {}
 
 
 def part_documents(build, part):
-    """Names of the documents of a done part, whose entries add up to the part's."""
-    return [part_name(build, part.number, document) for document in range(1, part.documents + 1)]
+    """The documents of a done part, one group each, whose entries add up to the part's."""
+    return [(part_name(build, part.number, document),) for document in range(1, part.documents + 1)]
+
+
+def progress_details(entries):
+    return {}
 
 
 def finish(context, done):
@@ -147,7 +145,7 @@ def finish(context, done):
     recorded = {document.name: document for document in Document.objects.filter(build=build)}
     index = DocumentWriter(root="sitemapindex")
     for part in done:
-        for name in part_documents(build, part):
+        for (name,) in part_documents(build, part):
             md = {"at": w3c_datetime(build.at), "completed": w3c_datetime(recorded[name].completed)}
             index.add(url_element(uris.document_uri(resource_set, name), md=md, tag="sitemap"))
     completed = timezone.now()
