@@ -348,3 +348,23 @@ def test_change_dump_index_past_the_entry_limit(seed, dumping, settings, django_
         assert ("until" in md(doc)) == (number < len(parts))
         seen += [loc(e) for e in entries(doc)]
     assert len(seen) == 5 and seen == sorted(seen, key=lambda uri: int(uri.rsplit("/", 1)[1].split(".")[0]))
+
+
+def test_the_progress_of_a_dump_in_packages_counts_bytes_and_files(seed, dumping, settings):
+    from django_resourcesync.progress import ProgressBar
+
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "DUMP_PACKAGE_BYTES": 5000}
+    seed(6, file_size=2048)  # 8 files, 4 packages: each packed as a part of its own
+    rebuild_set(dumping, only=["resourcedump"])
+    seen = []
+    build = rebuild_set(dumping, only=["resourcedump"], progress=lambda *args, **kwargs: seen.append((args, kwargs)))[0]
+    assert build.parts.count() == 4
+    dumped = [(args[1:], kwargs) for args, kwargs in seen if args[0] == "resourcedump"]
+    amounts = [amount for (amount, _total), _kwargs in dumped]
+    assert amounts == sorted(amounts), "the parts' bytes add up as they are packed"
+    assert dumped[-1] == ((8 * 2048, 8 * 2048), {"unit": "B", "note": "8 files"})
+    bar = ProgressBar(stream=io.StringIO())
+    rebuild_set(dumping, only=["resourcedump"], progress=bar)
+    bar.end()
+    assert "resourcedump   [##############################] 0.0 MB/0.0 MB" in bar.stream.getvalue()
+    assert "(8 files)" in bar.stream.getvalue()
