@@ -21,7 +21,7 @@ from django_resourcesync.builders import BuildInProgress, build_lock, parts, res
 from django_resourcesync.builders.resourcedump import build_resourcedump
 from django_resourcesync.builders.resourcelist import build_resourcelist
 from django_resourcesync.models import Build, BuildLock, BuildPart, Document, Resource
-from django_resourcesync.tasks import build_part_task
+from django_resourcesync.tasks import build_part_task, finish_build_task
 
 from .conftest import demo_set
 from .helpers import build, fetch, path_of, resource_list_entries
@@ -329,6 +329,30 @@ def test_a_package_packed_again_overwrites_its_files(settings, seed, bitstreams,
     names = [f"part-{n:05d}{suffix}" for n in range(1, 5) for suffix in ("-manifest.xml", ".zip")]
     assert sorted(path.name for path in folder.iterdir()) == sorted([*names, "resourcedump.xml"])
     assert packed(bitstreams) == expected
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("lost", ["part-00002-manifest.xml", "part-00003.zip"])
+def test_a_dump_whose_package_or_manifest_went_missing_is_not_published(
+    settings, seed, bitstreams, held_parts, monkeypatch, documents_storage, lost
+):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "DUMP_PACKAGE_BYTES": 5000}
+    dumping(bitstreams)
+    seed(6, file_size=2048)
+    previous = build_resourcedump(bitstreams)
+    _, served, _ = fetch("/resourcesync/bitstreams/resourcedump.xml")
+    finishing = []
+    monkeypatch.setattr(finish_build_task, "delay", lambda *args: finishing.append(args))
+    started = parallel_dump(bitstreams)
+    for args in held_parts:
+        build_part_task.apply(args=args).get()
+    (documents_storage / "documents" / "bitstreams" / str(started.pk) / lost).unlink()
+    with pytest.raises(parts.PartFailed, match="not in storage"):
+        finish_build_task.apply(args=finishing[0]).get()
+    assert Build.objects.get(pk=started.pk).status == Build.Status.FAILED
+    assert Build.objects.get(pk=previous.pk).status == Build.Status.PUBLISHED
+    assert fetch("/resourcesync/bitstreams/resourcedump.xml")[1] == served
+    assert not BuildLock.objects.exists()
 
 
 @pytest.mark.django_db
