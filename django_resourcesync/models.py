@@ -202,6 +202,9 @@ class Build(models.Model):
     documents = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
     report = models.JSONField(default=dict, blank=True, help_text=_("What the build noticed: files changed since hashed, missing, …"))
+    parts_planned = models.PositiveIntegerField(
+        null=True, blank=True, help_text=_("How many parts the build has, once they are all planned; empty while planning.")
+    )
     started = models.DateTimeField(default=timezone.now)
     finished = models.DateTimeField(null=True, blank=True)
 

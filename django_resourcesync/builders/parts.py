@@ -61,21 +61,36 @@ def plan(build, rows, size, *, max_bytes=None):
     added later fall in a range only if their key does (they are in the changes since ``at``).
     With ``max_bytes``, a range also ends before its rows' recorded lengths would pass it (see
     :func:`_ends_by_length`); otherwise each end is found by skipping ``size`` keys in the (set,
-    key) index from the one before."""
+    key) index from the one before.
+
+    Yields each part as soon as it is recorded, so that a worker may render it while the next
+    ones are planned; once the last is, the build says how many there are
+    (``Build.parts_planned``), and not before may a part find the build complete."""
+    ends = _ends_by_length(rows, size, max_bytes) if max_bytes is not None else _ends_by_count(rows, size)
+    number, after = 0, 0
+    for end in ends:
+        number += 1
+        yield BuildPart.objects.create(build=build, number=number, after_pk=after, last_pk=end)
+        after = end
+    Build.objects.filter(pk=build.pk).update(parts_planned=number)
+    build.parts_planned = number
+
+
+def _ends_by_count(rows, size):
     keys = rows.order_by("pk").values_list("pk", flat=True)
-    if max_bytes is not None:
-        ends = _ends_by_length(rows, size, max_bytes)
-    else:
-        ends = []
-        while end := list(keys.filter(pk__gt=ends[-1] if ends else 0)[size - 1 : size]):
-            ends += end
-        last = keys.last()
-        if last is not None and last not in ends[-1:]:
-            ends.append(last)
-    return BuildPart.objects.bulk_create(
-        BuildPart(build=build, number=number, after_pk=after, last_pk=end)
-        for number, (after, end) in enumerate(zip([0, *ends], ends), start=1)
-    )
+    end = None
+    while found := list(keys.filter(pk__gt=end or 0)[size - 1 : size]):
+        end = found[0]
+        yield end
+    last = keys.last()
+    if last is not None and last != end:
+        yield last
+
+
+def complete(build):
+    """Whether every part of ``build`` is planned and done (call it holding the build's row)."""
+    planned = Build.objects.filter(pk=build.pk).values_list("parts_planned", flat=True).first()
+    return planned is not None and BuildPart.objects.filter(build=build, done__isnull=False).count() == planned
 
 
 def _ends_by_length(rows, size, max_bytes):
@@ -84,16 +99,15 @@ def _ends_by_length(rows, size, max_bytes):
     unknown length counts as none. The rule a dump's packer follows with the sizes it finds, so
     that recorded lengths that are right make one package a range; one that is wrong only makes
     the packer close a package early, within its range. One ordered pass over two columns."""
-    ends, count, total, last = [], 0, 0, None
+    count, total, last = 0, 0, None
     for pk, length in rows.order_by("pk").values_list("pk", "length").iterator(chunk_size=app_settings.BATCH_SIZE):
         length = length or 0
         if count and (count >= size or total + length > max_bytes):
-            ends.append(last)
+            yield last
             count, total = 0, 0
         count, total, last = count + 1, total + length, pk
     if last is not None:
-        ends.append(last)
-    return ends
+        yield last
 
 
 def render(context, part, *, progress=None, batch_size=None):
@@ -113,13 +127,16 @@ def render(context, part, *, progress=None, batch_size=None):
             raise BuildAbandoned(f"{context.build} stopped while part {part.number} was rendered")
         context.save_documents()
         BuildPart.objects.filter(pk=part.pk).update(documents=documents, entries=entries, report=report, done=timezone.now())
-        return not BuildPart.objects.filter(build=context.build, done__isnull=True).exists()
+        return complete(context.build)
 
 
 def finish(context):
     """Check every part, write the index over them and publish the build."""
     build = context.build
     done = list(build.parts.order_by("number"))
+    planned = Build.objects.filter(pk=build.pk).values_list("parts_planned", flat=True).first()
+    if planned != len(done):
+        raise PartFailed(f"{build} has {len(done)} parts recorded, {planned} planned")
     kind = _kind(context.capability)
     recorded = {document.name: document for document in Document.objects.filter(build=build)}
     files = storage.get_storage()
@@ -174,19 +191,26 @@ def run(context, planned, *, parallel, lock, progress=None, total=None, batch_si
     """Go on with a planned build: its parts sent to the workers with ``parallel`` (the build is
     returned running), otherwise rendered and published here."""
     if parallel:
-        dispatch(context.build, lock, batch_size=batch_size)
+        dispatch(context.build, planned, lock, batch_size=batch_size)
         return context.build
-    return build_in_process(context, planned, progress=progress, total=total, batch_size=batch_size)
+    return build_in_process(context, list(planned), progress=progress, total=total, batch_size=batch_size)
 
 
-def dispatch(build, lock, *, batch_size=None):
-    """Send a task per part of ``build`` to the workers; ``lock`` stays held until it is over."""
-    from ..tasks import build_part_task
+def dispatch(build, planned, lock, *, batch_size=None):
+    """Send a task per part of ``build`` to the workers as ``planned`` yields them; ``lock``
+    stays held until the build is over. Should the parts all be done before the planning is
+    (a quick worker, a short last part), the final step is sent from here."""
+    from ..tasks import build_part_task, finish_build_task
 
     lock.keep()
     try:
-        for part in build.parts.order_by("number"):
+        for part in planned:
             build_part_task.delay(build.pk, part.number, lock.holder, batch_size)
+        with transaction.atomic():
+            Build.objects.select_for_update().get(pk=build.pk)
+            last_to_know = complete(build)
+        if last_to_know:
+            finish_build_task.delay(build.pk, lock.holder)
     except BaseException:
         lock.release()
         raise
@@ -223,7 +247,7 @@ def run_part(build_id, number, holder, *, batch_size=None):
         BuildPart.objects.filter(pk=part.pk).update(attempts=F("attempts") + 1)
         return render(BuildContext(build=build), part, progress=lock.renewing(), batch_size=batch_size)
     # A copy of a task that finished (redelivered): the final step may not have been sent.
-    return not build.parts.filter(done__isnull=True).exists()
+    return complete(build)
 
 
 def may_retry(build_id, number):

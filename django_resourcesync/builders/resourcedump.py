@@ -204,7 +204,7 @@ def build_resourcedump(resource_set, *, refresh=True, pending=True, progress=Non
     try:
         context.bring_up_to_date(refresh=refresh, pending=pending, progress=progress, batch_size=batch_size)
         rows = Resource.objects.filter(resource_set=resource_set)
-        planned = parts.plan(context.build, rows, app_settings.MAX_ENTRIES_PER_DOCUMENT, max_bytes=app_settings.DUMP_PACKAGE_BYTES)
+        planned = list(parts.plan(context.build, rows, app_settings.MAX_ENTRIES_PER_DOCUMENT, max_bytes=app_settings.DUMP_PACKAGE_BYTES))
         total = rows.aggregate(total=Sum("length"))["total"] or 0
         return parts.run(context, planned, parallel=parallel and len(planned) > 1, lock=lock, progress=progress, total=total,
                          batch_size=batch_size)
