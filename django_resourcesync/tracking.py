@@ -26,7 +26,8 @@ import threading
 from dataclasses import dataclass, field
 
 from django.apps import apps
-from django.db import router, transaction
+from django.db import models, router, transaction
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from . import bulk, outbox
@@ -300,15 +301,30 @@ def reconcile(resource_set, *, batch_size=None, progress=None):
         if progress:
             progress("reconcile", seen, total)
     # Rows whose object left the source: deleted, made private, filtered out.
-    for batch in _batches(Resource.objects.filter(resource_set=resource_set).values_list("pk", "object_pk"), batch_size):
-        keys = [key for _pk, key in batch]
-        present = {str(pk) for pk in queryset.filter(pk__in=keys).values_list("pk", flat=True)}
-        gone = {key: None for key in keys if key not in present}
-        if gone:
-            _apply_batch(resource_set, gone, record_events, counts)
+    for keys in _gone_keys(resource_set, queryset, batch_size):
+        _apply_batch(resource_set, dict.fromkeys(keys), record_events, counts)
     if not record_events:
         changelist.start_log(resource_set)
     return counts
+
+
+def _gone_keys(resource_set, queryset, batch_size):
+    """Yield lists of the keys of the set's records whose object is not in ``queryset``. With
+    integer keys, one anti-join in the database finds them; other keys are looked up a batch of
+    records at a time (their text form in the database may not be ``str(pk)``)."""
+    records = Resource.objects.filter(resource_set=resource_set)
+    if isinstance(queryset.model._meta.pk, models.IntegerField):  # the auto fields included
+        present = queryset.order_by().values(key=Cast("pk", models.CharField()))
+        gone = list(records.exclude(object_pk__in=present).values_list("object_pk", flat=True))
+        for start in range(0, len(gone), batch_size):
+            yield gone[start : start + batch_size]
+        return
+    for batch in _batches(records.values_list("pk", "object_pk"), batch_size):
+        keys = [key for _pk, key in batch]
+        present = {str(pk) for pk in queryset.filter(pk__in=keys).values_list("pk", flat=True)}
+        gone = [key for key in keys if key not in present]
+        if gone:
+            yield gone
 
 
 def _apply_batch(resource_set, objects, record_events, counts):
