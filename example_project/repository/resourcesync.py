@@ -2,6 +2,8 @@
 
 import hashlib
 
+from django.urls import reverse
+
 from django_resourcesync import sources
 
 from .models import Collection, Item, ItemFile
@@ -19,7 +21,9 @@ class BitstreamSource(sources.ResourceSource):
     fingerprint_covers_entry = True
 
     def items(self):
-        return ItemFile.objects.filter(item__is_public=True).select_related("item")
+        # The item is only filtered on: its links below need its key alone, so reconciling a
+        # large set builds one model instance per file, not two.
+        return ItemFile.objects.filter(item__is_public=True)
 
     def lastmod(self, obj):
         return obj.modified
@@ -36,8 +40,8 @@ class BitstreamSource(sources.ResourceSource):
 
     def links(self, obj):
         return [
-            {"rel": "collection", "href": obj.item.get_absolute_url()},
-            {"rel": "describedby", "href": obj.item.get_metadata_url(), "type": "application/xml"},
+            {"rel": "collection", "href": reverse("repository:item", kwargs={"pk": obj.item_id})},
+            {"rel": "describedby", "href": reverse("repository:item-metadata", kwargs={"pk": obj.item_id}), "type": "application/xml"},
         ]
 
 
