@@ -55,3 +55,20 @@ def run_as_child(options, children):
     result = children[options.child](*(json.loads(arg) for arg in options.arg))
     Path(options.result).write_text(json.dumps(result))
     return True
+
+
+def profiled(func, *args, top, keys=("cumulative", "tottime"), **kwargs):
+    """Call ``func`` under cProfile: ``{"seconds": ..., key: top functions as text, ...}``."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    started = time.perf_counter()
+    profiler.runcall(func, *args, **kwargs)
+    report = {"seconds": time.perf_counter() - started}
+    for key in keys:
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(key).print_stats(top)
+        report[key] = out.getvalue()
+    return report

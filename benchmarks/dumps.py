@@ -369,25 +369,12 @@ def child_prune(var_dir):
 
 def child_profile(var_dir, top):
     """Run one more build (default package size) under cProfile; return the top functions."""
-    import cProfile
-    import io
-    import pstats
-
     setup_django(var_dir)
     from django_resourcesync.builders.resourcedump import build_resourcedump
     from django_resourcesync.models import ResourceSet
 
     resource_set = ResourceSet.objects.get(slug=SLUG)
-    profiler = cProfile.Profile()
-    started = time.perf_counter()
-    profiler.runcall(build_resourcedump, resource_set, refresh=False)
-    seconds = time.perf_counter() - started
-    report = {"seconds": seconds}
-    for key in ("tottime", "cumulative"):
-        out = io.StringIO()
-        pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(key).print_stats(top)
-        report[key] = out.getvalue()
-    return report
+    return _steps.profiled(build_resourcedump, resource_set, refresh=False, top=top, keys=("tottime", "cumulative"))
 
 
 CHILDREN = {

@@ -39,7 +39,6 @@ least 1.7x as fast as one).
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -114,11 +113,11 @@ def child_build(cfg, parallel):
     if parallel:
         (build,) = rebuild_set(resource_set, only=["resourcelist"], refresh=False, parallel=True)
         sent = time.perf_counter()
-        while (status := Build.objects.values_list("status", flat=True).get(pk=build.pk)) == Build.Status.RUNNING:
+        while Build.objects.values_list("status", flat=True).get(pk=build.pk) == Build.Status.RUNNING:
             time.sleep(0.02)
     else:
         build = build_resourcelist(resource_set, refresh=False)
-        sent, status = time.perf_counter(), build.status
+        sent = time.perf_counter()
     seconds = time.perf_counter() - started
     build = Build.objects.get(pk=build.pk)
     return {

@@ -241,25 +241,12 @@ def child_resync(var_dir, n, db, table, set_id):
 
 def child_profile(var_dir, n, top):
     """Run the build once more under cProfile; return the top functions as text."""
-    import cProfile
-    import io
-    import pstats
-
     setup_django(var_dir)
     from django_resourcesync.builders.resourcelist import build_resourcelist
     from django_resourcesync.models import ResourceSet
 
     resource_set = ResourceSet.objects.get(slug=SLUG)
-    profiler = cProfile.Profile()
-    started = time.perf_counter()
-    profiler.runcall(build_resourcelist, resource_set, refresh=False)
-    seconds = time.perf_counter() - started
-    report = {"seconds": seconds}
-    for key in ("cumulative", "tottime"):
-        out = io.StringIO()
-        pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(key).print_stats(top)
-        report[key] = out.getvalue()
-    return report
+    return _steps.profiled(build_resourcelist, resource_set, refresh=False, top=top)
 
 
 CHILDREN = {"seed": child_seed, "build": child_build, "resync": child_resync, "profile": child_profile}
