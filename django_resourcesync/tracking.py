@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from django.apps import apps
 from django.db import models, router, transaction
+from django.db.models import Exists, OuterRef
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -313,9 +314,10 @@ def _gone_keys(resource_set, queryset, batch_size):
     integer keys, one anti-join in the database finds them; other keys are looked up a batch of
     records at a time (their text form in the database may not be ``str(pk)``)."""
     records = Resource.objects.filter(resource_set=resource_set)
-    if isinstance(queryset.model._meta.pk, models.IntegerField):  # the auto fields included
-        present = queryset.order_by().values(key=Cast("pk", models.CharField()))
-        gone = list(records.exclude(object_pk__in=present).values_list("object_pk", flat=True))
+    if isinstance(queryset.model._meta.pk, models.IntegerField) and queryset.db == records.db:  # auto fields too
+        # NOT EXISTS, which databases run as an anti-join whatever the sizes (NOT IN may not).
+        present = queryset.order_by().annotate(key=Cast("pk", models.CharField())).filter(key=OuterRef("object_pk"))
+        gone = list(records.filter(~Exists(present)).values_list("object_pk", flat=True))
         for start in range(0, len(gone), batch_size):
             yield gone[start : start + batch_size]
         return

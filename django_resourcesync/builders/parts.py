@@ -72,8 +72,13 @@ def plan(build, rows, size, *, max_bytes=None):
         number += 1
         yield BuildPart.objects.create(build=build, number=number, after_pk=after, last_pk=end)
         after = end
-    Build.objects.filter(pk=build.pk).update(parts_planned=number)
-    build.parts_planned = number
+    with transaction.atomic():
+        # Under the build's row, as parts record themselves done: if they all are already,
+        # exactly this step knows it (``build.complete_when_planned``), and no part does.
+        Build.objects.select_for_update().get(pk=build.pk)
+        Build.objects.filter(pk=build.pk).update(parts_planned=number)
+        build.parts_planned = number
+        build.complete_when_planned = complete(build)
 
 
 def _ends_by_count(rows, size):
@@ -206,10 +211,7 @@ def dispatch(build, planned, lock, *, batch_size=None):
     try:
         for part in planned:
             build_part_task.delay(build.pk, part.number, lock.holder, batch_size)
-        with transaction.atomic():
-            Build.objects.select_for_update().get(pk=build.pk)
-            last_to_know = complete(build)
-        if last_to_know:
+        if getattr(build, "complete_when_planned", False):
             finish_build_task.delay(build.pk, lock.holder)
     except BaseException:
         lock.release()
@@ -256,12 +258,16 @@ def may_retry(build_id, number):
 
 
 def run_finish(build_id, holder):
-    """The ``resourcesync.finish_build`` task: publish the build once every part is done."""
-    build = _running(build_id)
-    if build is None:
-        return None
-    lock = _take_up(build, holder)
-    published = finish(BuildContext(build=build))
+    """The ``resourcesync.finish_build`` task: publish the build once every part is done. Under
+    the build's row, so that a second copy of the task (a redelivered part sends one too) waits,
+    then finds the build published and does nothing."""
+    with transaction.atomic():
+        Build.objects.select_for_update().filter(pk=build_id).first()
+        build = _running(build_id)
+        if build is None:
+            return None
+        lock = _take_up(build, holder)
+        published = finish(BuildContext(build=build))
     lock.release()
     return published
 
