@@ -72,3 +72,16 @@ def profiled(func, *args, top, keys=("cumulative", "tottime"), **kwargs):
         pstats.Stats(profiler, stream=out).strip_dirs().sort_stats(key).print_stats(top)
         report[key] = out.getvalue()
     return report
+
+
+def setup_django_sqlite(var_dir):
+    """Django for a child step: the example project, its SQLite database and files in ``var_dir``."""
+    import os
+
+    os.environ["EXAMPLE_VAR_DIR"] = var_dir
+    os.environ["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
+    os.environ.pop("DATABASE_URL", None)  # always the SQLite database in var_dir
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()

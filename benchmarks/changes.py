@@ -194,35 +194,21 @@ def child_baseline(cfg):
     return result
 
 
-def child_bulk_update(cfg, n):
-    """Step 2: queryset.update() of n items (not timed), then changed() + process_pending() (timed)."""
-    setup_django(cfg)
-    from django.db.models import F, Value
-    from django.db.models.functions import Concat
-
+def timed_changes(record):
+    """Time ``record()`` (calls of the bulk API), then ``tracking.process_pending()``."""
     from django_resourcesync import tracking
     from django_resourcesync.models import PendingChange
-    from example_project.repository.models import Item
-
-    pks = item_pks()[:n]
-    queryset = Item.objects.filter(pk__gte=pks[0], pk__lte=pks[-1])
-    started = time.perf_counter()
-    updated = queryset.update(title=Concat(F("title"), Value(" (revised)")))
-    update_seconds = time.perf_counter() - started
 
     before = event_counts()
     started = time.perf_counter()
-    recorded = tracking.changed(queryset)
+    recorded = record()
     changed_seconds = time.perf_counter() - started
     pending = PendingChange.objects.count()
     started = time.perf_counter()
     counts = tracking.process_pending()
-    process_seconds = time.perf_counter() - started
     return {
-        "items": updated,
-        "update_seconds": update_seconds,
         "changed_seconds": changed_seconds,
-        "process_seconds": process_seconds,
+        "process_seconds": time.perf_counter() - started,
         "recorded": recorded,
         "pending": pending,
         "counts": counts_dict(counts),
@@ -231,12 +217,29 @@ def child_bulk_update(cfg, n):
     }
 
 
+def child_bulk_update(cfg, n):
+    """Step 2: queryset.update() of n items (not timed), then changed() + process_pending() (timed)."""
+    setup_django(cfg)
+    from django.db.models import F, Value
+    from django.db.models.functions import Concat
+
+    from django_resourcesync import tracking
+    from example_project.repository.models import Item
+
+    pks = item_pks()[:n]
+    queryset = Item.objects.filter(pk__gte=pks[0], pk__lte=pks[-1])
+    started = time.perf_counter()
+    updated = queryset.update(title=Concat(F("title"), Value(" (revised)")))
+    update_seconds = time.perf_counter() - started
+
+    return {"items": updated, "update_seconds": update_seconds, **timed_changes(lambda: tracking.changed(queryset))}
+
+
 def child_bulk_delete(cfg, n):
     """Step 2: delete the last n items (with their files) with tracking paused, then changed()
     for the items and the files + process_pending() (timed)."""
     setup_django(cfg)
     from django_resourcesync import tracking
-    from django_resourcesync.models import PendingChange
     from example_project.repository.models import Item, ItemFile
 
     pks = item_pks()[-n:]
@@ -247,26 +250,12 @@ def child_bulk_delete(cfg, n):
         deleted, by_model = queryset.delete()
     delete_seconds = time.perf_counter() - started
 
-    before = event_counts()
-    started = time.perf_counter()
-    recorded = tracking.changed(model=Item, pks=pks) + tracking.changed(model=ItemFile, pks=file_pks)
-    changed_seconds = time.perf_counter() - started
-    pending = PendingChange.objects.count()
-    started = time.perf_counter()
-    counts = tracking.process_pending()
-    process_seconds = time.perf_counter() - started
     return {
         "items": len(pks),
         "files": len(file_pks),
         "deleted_rows": by_model,
         "delete_seconds": delete_seconds,
-        "changed_seconds": changed_seconds,
-        "process_seconds": process_seconds,
-        "recorded": recorded,
-        "pending": pending,
-        "counts": counts_dict(counts),
-        "events": events_written(before, event_counts()),
-        "left_pending": PendingChange.objects.count(),
+        **timed_changes(lambda: tracking.changed(model=Item, pks=pks) + tracking.changed(model=ItemFile, pks=file_pks)),
     }
 
 

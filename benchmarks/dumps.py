@@ -113,14 +113,7 @@ def file_sizes(n, total):
 # Children: each runs one step in a fresh interpreter and writes a JSON result file.
 
 
-def setup_django(var_dir):
-    os.environ["EXAMPLE_VAR_DIR"] = var_dir
-    os.environ["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
-    os.environ.pop("DATABASE_URL", None)  # always the SQLite database in var_dir
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
+setup_django = _steps.setup_django_sqlite
 
 
 def child_seed(var_dir, n, total):

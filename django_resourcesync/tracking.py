@@ -117,8 +117,8 @@ class Change:
 
     @classmethod
     def of(cls, key, change, values):
-        if change == "deleted":  # a deletion says nothing of what was removed
-            return cls(key, values["uri"], change)
+        """A ``created`` or ``updated`` change with what ``values`` say of the resource (a
+        ``deleted`` one says nothing of what was removed: ``Change(key, uri, "deleted")``)."""
         return cls(
             key, values["uri"], change, values["lastmod"], values["md5"], values["sha256"], values["length"], values["media_type"], values["links"]
         )
