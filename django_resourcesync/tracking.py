@@ -315,8 +315,9 @@ def _gone_keys(resource_set, queryset, batch_size):
     records at a time (their text form in the database may not be ``str(pk)``)."""
     records = Resource.objects.filter(resource_set=resource_set)
     if isinstance(queryset.model._meta.pk, models.IntegerField) and queryset.db == records.db:  # auto fields too
-        # NOT EXISTS, which databases run as an anti-join whatever the sizes (NOT IN may not).
-        present = queryset.order_by().annotate(key=Cast("pk", models.CharField())).filter(key=OuterRef("object_pk"))
+        # NOT EXISTS, which databases run as an anti-join whatever the sizes (NOT IN may not);
+        # the record's key is cast, not the object's, so the lookup can use the primary key's index.
+        present = queryset.order_by().filter(pk=Cast(OuterRef("object_pk"), models.BigIntegerField()))
         gone = list(records.filter(~Exists(present)).values_list("object_pk", flat=True))
         for start in range(0, len(gone), batch_size):
             yield gone[start : start + batch_size]
