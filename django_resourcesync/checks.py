@@ -202,6 +202,7 @@ def check_sources(app_configs=None, **kwargs):
         for module, exc in source_module_errors
     ]
     errors += _related_lookup_errors(registry)
+    errors += _fingerprint_field_errors(registry)
     if not errors and not registry.names():
         return [
             Warning(
@@ -238,4 +239,46 @@ def _related_lookup_errors(registry):
                         id="resourcesync.E017",
                     )
                 )
+    return errors
+
+
+def _fingerprint_field_errors(registry):
+    """``fingerprint_fields`` that a ``values_list()`` of the source's objects cannot read, and
+    a ``fingerprint()`` written in vain beside them."""
+    from django.core.exceptions import FieldError
+
+    from .sources import ResourceSource, ViewSource
+
+    errors = []
+    for source in registry.sources():
+        fields = source.fingerprint_fields
+        if not fields:
+            continue
+        problem = None
+        if isinstance(fields, str) or not all(isinstance(name, str) for name in fields):
+            problem = "is not a sequence of field names"
+        else:
+            try:
+                source.item_model._base_manager.values_list(*fields)
+            except (FieldError, TypeError, ValueError) as exc:
+                problem = f"cannot be read from {source.item_model._meta.label}: {exc}"
+        if problem:
+            errors.append(
+                Error(
+                    f"Source {source.name!r}: fingerprint_fields = {fields!r} {problem}",
+                    hint="Give a tuple of field names or lookups of the source's objects, as for "
+                    'values_list() (for example ("title", "modified", "collection__name")).',
+                    id="resourcesync.E020",
+                )
+            )
+        elif type(source).fingerprint not in (ResourceSource.fingerprint, ViewSource.fingerprint):
+            errors.append(
+                Warning(
+                    f"Source {source.name!r} defines fingerprint() and fingerprint_fields: the "
+                    "fingerprint is made of the fields, and fingerprint() is not called.",
+                    hint="Remove one of them; to shape the value made of the fields, override "
+                    "fingerprint_of_values(values).",
+                    id="resourcesync.W005",
+                )
+            )
     return errors

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
+from django.db import models
 
 from .conf import app_settings
 
@@ -208,6 +209,10 @@ class ResourceSource:
         A cheap value that changes whenever the bytes do; the bytes are read and hashed again
         only when it changes. Default: the file's name, size and ``lastmod``; with no file,
         ``lastmod``. Return ``None`` to read the bytes on every pass.
+    ``fingerprint_fields``
+        Instead of ``fingerprint()``: the fields (lookups, as for ``values_list()``) the
+        fingerprint is made of, read straight from the database, so that reconciling a set does
+        not build its objects (see :meth:`fingerprint_of_values`).
 
     The hooks below take the object, and may also be plain attributes (as in Django's
     ``Sitemap``):
@@ -241,6 +246,10 @@ class ResourceSource:
     #: describing again an object whose fingerprint has not changed: much faster, and correct
     #: only if the promise holds.
     fingerprint_covers_entry = False
+    #: The fields (lookups, as for ``values_list()``, related ones included) the fingerprint is
+    #: made of; :meth:`fingerprint_of_values` turns their values into it, and ``fingerprint()``
+    #: is not called. Empty: ``fingerprint(obj)`` makes it.
+    fingerprint_fields = ()
     #: Other models whose saves and deletes can change this source's entries (for example the
     #: item of a file, when ``items()`` leaves out the files of private items). A mapping
     #: ``{Model: "lookup"}`` gives the lookup from the source's objects to the related one
@@ -272,6 +281,10 @@ class ResourceSource:
         return []
 
     def fingerprint(self, obj):
+        if self.fingerprint_fields:
+            # One object alone (change tracking reads the values of a batch in one query).
+            values = self.item_model._base_manager.filter(pk=obj.pk).values_list(*self.fingerprint_fields).first()
+            return None if values is None else self.fingerprint_of_values(values)
         lastmod = self._get("lastmod", obj)
         f = self._get("file", obj)
         if f:
@@ -280,6 +293,38 @@ class ResourceSource:
             except (OSError, ValueError):
                 return None
         return lastmod.isoformat() if lastmod else None
+
+    def fingerprint_of_values(self, values):
+        """The fingerprint of an object from the values of its ``fingerprint_fields`` (a tuple,
+        in their order): a digest of them, where a file field stands for its file's name and
+        size (the bytes of a file can change under the same name). ``None`` when a file cannot
+        be read."""
+        values = list(values)
+        for index, storage in self._fingerprint_files:
+            name = values[index]
+            if name:
+                try:
+                    values[index] = (name, storage.size(name))
+                except (OSError, ValueError, NotImplementedError):
+                    return None
+        return hashlib.sha256(repr(values).encode()).hexdigest()
+
+    @cached_property
+    def _fingerprint_files(self):
+        """``(index, storage)`` of the file fields among ``fingerprint_fields``."""
+        files = []
+        for index, lookup in enumerate(self.fingerprint_fields):
+            model, found = self.item_model, None
+            for part in lookup.split("__"):
+                try:
+                    found = model._meta.get_field(part)
+                except FieldDoesNotExist:  # "pk", a transform: not a file field
+                    found = None
+                    break
+                model = found.related_model or model
+            if isinstance(found, models.FileField):
+                files.append((index, found.storage))
+        return files
 
     def affected(self, instance):
         """Primary keys of this source's objects whose entries may change when ``instance``, an
@@ -441,7 +486,7 @@ class ViewSource(ResourceSource):
     def fingerprint(self, obj):
         # A page may show data from other objects than ``obj``: without a fingerprint the
         # site defines, render it on every pass.
-        return None
+        return super().fingerprint(obj) if self.fingerprint_fields else None
 
     def content(self, obj):
         from .rendering import render_location

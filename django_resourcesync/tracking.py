@@ -69,8 +69,26 @@ class ChangeCounts:
 
 
 def fingerprint_of(source, obj):
-    fingerprint = source.fingerprint(obj)
+    return _stored(source.fingerprint(obj))
+
+
+def _stored(fingerprint):
     return "" if fingerprint is None else str(fingerprint)[:512]
+
+
+def fingerprints_of_rows(source, rows):
+    """``{key: fingerprint}`` of ``values_list("pk", *source.fingerprint_fields)`` rows."""
+    return {str(pk): _stored(source.fingerprint_of_values(values)) for pk, *values in rows}
+
+
+def matching_fingerprints(resource_set, fingerprints):
+    """The keys of ``{key: fingerprint}`` whose record in the set has that fingerprint."""
+    keys = list(fingerprints)
+    matching = set()
+    for start in range(0, len(keys), 1000):
+        recorded = Resource.objects.filter(resource_set=resource_set, object_pk__in=keys[start : start + 1000])
+        matching.update(key for key, fingerprint in recorded.values_list("object_pk", "fingerprint") if fingerprint and fingerprints[key] == fingerprint)
+    return matching
 
 
 def entry_values(source, obj, known=None, fingerprint=None):
@@ -209,19 +227,28 @@ class SetWriter:
         """The keys of ``objects`` to describe and compare with their record, and the
         fingerprints computed on the way. When the source's fingerprint covers its entries, an
         object whose fingerprint matches its record's is left out, unchanged, unread."""
+        fingerprints = self._fingerprints({key: obj for key, obj in objects.items() if obj is not None})
         if not self.source.fingerprint_covers_entry:
-            return list(objects), {}
-        fingerprints = {}
-        for key, obj in objects.items():
-            if obj is not None:
-                try:
-                    fingerprints[key] = fingerprint_of(self.source, obj)
-                except UnpublishableResource:
-                    pass  # described below, where it is reported
-        recorded = Resource.objects.filter(resource_set=self.resource_set, object_pk__in=list(fingerprints))
-        unchanged = {key for key, fingerprint in recorded.values_list("object_pk", "fingerprint") if fingerprint and fingerprints[key] == fingerprint}
+            return list(objects), fingerprints
+        unchanged = matching_fingerprints(self.resource_set, fingerprints)
         self.counts.unchanged += len(unchanged)
         return [key for key in objects if key not in unchanged], fingerprints
+
+    def _fingerprints(self, objects):
+        if self.source.fingerprint_fields:  # read in the database, a thousand objects a query
+            fingerprints, pks = {}, [obj.pk for obj in objects.values()]
+            queryset = self.source.queryset(self.resource_set.lookups)
+            for start in range(0, len(pks), 1000):
+                rows = queryset.filter(pk__in=pks[start : start + 1000]).values_list("pk", *self.source.fingerprint_fields)
+                fingerprints.update(fingerprints_of_rows(self.source, rows))
+            return fingerprints
+        fingerprints = {}
+        for key, obj in objects.items():
+            try:
+                fingerprints[key] = fingerprint_of(self.source, obj)
+            except UnpublishableResource:
+                pass  # described below, where it is reported
+        return fingerprints
 
     def _uri_clashes(self, writes):
         """Keys of objects whose URI another object of the set already publishes: left out."""
@@ -296,8 +323,22 @@ def reconcile(resource_set, *, batch_size=None, progress=None):
     counts = ChangeCounts()
     total = queryset.count() if progress else None
     seen = 0
-    for batch in _batches(queryset, batch_size):
-        _apply_batch(resource_set, {str(obj.pk): obj for obj in batch}, record_events, counts)
+    # With fingerprints read in the database that cover the entries, only the objects whose
+    # fingerprint changed are built and compared; the others are unchanged.
+    vouching = bool(source.fingerprint_fields) and source.fingerprint_covers_entry
+    rows = queryset.values_list("pk", *source.fingerprint_fields) if vouching else queryset
+    for batch in _batches(rows, batch_size):
+        if vouching:
+            fingerprints = fingerprints_of_rows(source, batch)
+            unchanged = matching_fingerprints(resource_set, fingerprints)
+            counts.unchanged += len(unchanged)
+            stale = {str(row[0]): row[0] for row in batch if str(row[0]) not in unchanged}
+            found = {str(obj.pk): obj for obj in queryset.filter(pk__in=list(stale.values()))} if stale else {}
+            objects = {key: found.get(key) for key in stale}  # None: gone since it was read
+        else:
+            objects = {str(obj.pk): obj for obj in batch}
+        if objects:
+            _apply_batch(resource_set, objects, record_events, counts)
         seen += len(batch)
         if progress:
             progress("reconcile", seen, total)

@@ -431,3 +431,50 @@ def test_a_changed_record_keeps_its_key(tracked, committing):
         item.save()
     after = Resource.objects.get(resource_set=tracked[1], object_pk=str(item.pk))
     assert after.pk == before.pk and after.sha256 != before.sha256
+
+
+def test_reconcile_builds_only_the_objects_whose_fingerprint_fields_changed(tracked, committing):
+    """The example's sources read their fingerprints as values: a reconcile builds no model
+    instance of an unchanged object, and a file rewritten in place (same name, new length) is
+    still found, the file field standing for its name and size."""
+    from django.db.models.signals import post_init
+
+    built = []
+
+    def count(sender, instance, **kwargs):
+        built.append((sender, instance.pk))
+
+    f = ItemFile.objects.order_by("pk").first()
+    item = Item.objects.order_by("pk").last()
+    post_init.connect(count, sender=ItemFile)
+    post_init.connect(count, sender=Item)
+    try:
+        with committing():
+            call_command("resourcesync_reconcile", verbosity=0)
+        assert built == [], "nothing changed: no object built"
+        with f.file.open("wb") as out:
+            out.write(b"rewritten in place, longer than before\n")
+        Item.objects.filter(pk=item.pk).update(title="Changed behind the app's back")
+        with committing():
+            call_command("resourcesync_reconcile", verbosity=0)
+    finally:
+        post_init.disconnect(count, sender=ItemFile)
+        post_init.disconnect(count, sender=Item)
+    assert set(built) == {(ItemFile, f.pk), (Item, item.pk)}
+    [(change, loc, meta)] = changes(tracked[0])
+    assert (change, loc, int(meta["length"])) == ("updated", f"http://testserver{f.get_absolute_url()}", 39)
+    assert meta["hash"].startswith("md5:")
+    [(change, loc, _meta)] = changes(tracked[1])
+    assert (change, loc) == ("updated", f"http://testserver{item.get_metadata_url()}")
+
+
+def test_a_fingerprint_of_one_object_equals_that_of_its_batch(tracked):
+    from django_resourcesync.sources import registry
+
+    for name in ("bitstreams", "metadata"):
+        source = registry.get(name)
+        queryset = source.items()
+        rows = queryset.values_list("pk", *source.fingerprint_fields)
+        batch = tracking.fingerprints_of_rows(source, rows)
+        assert len(batch) == queryset.count() and all(batch.values())
+        assert {str(obj.pk): tracking.fingerprint_of(source, obj) for obj in queryset} == batch

@@ -107,3 +107,21 @@ def test_related_models_lookup_that_leads_nowhere(monkeypatch):
     found = ids()
     assert "resourcesync.E017" in found and "itme" in found["resourcesync.E017"].msg
     assert "item__collection" in found["resourcesync.E017"].hint
+
+
+@pytest.mark.parametrize("fields", [("title", "colection__name"), "title"])
+def test_fingerprint_fields_that_cannot_be_read(monkeypatch, fields):
+    from django_resourcesync.sources import registry
+
+    monkeypatch.setattr(type(registry.get("metadata")), "fingerprint_fields", fields)
+    found = ids()
+    assert "resourcesync.E020" in found and "'metadata'" in found["resourcesync.E020"].msg
+    assert "values_list()" in found["resourcesync.E020"].hint
+
+
+def test_fingerprint_written_in_vain_beside_fingerprint_fields(monkeypatch):
+    from django_resourcesync.sources import registry
+
+    assert "resourcesync.W005" not in ids(), "the example's sources use the fields alone"
+    monkeypatch.setattr(type(registry.get("bitstreams")), "fingerprint", lambda self, obj: obj.name, raising=False)
+    assert "resourcesync.W005" in ids()

@@ -1,7 +1,5 @@
 """What the demo repository publishes over ResourceSync (autodiscovered by django_resourcesync)."""
 
-import hashlib
-
 from django.urls import reverse
 
 from django_resourcesync import sources
@@ -17,7 +15,10 @@ class BitstreamSource(sources.ResourceSource):
     # A file leaves the set when its item is made private: changes to items concern it too
     # (the files of an item are those whose "item" is that item).
     related_models = {Item: "item"}
-    # The fingerprint below covers the URI (item, key, name), lastmod, links and the bytes.
+    # The fingerprint is made of what the entry shows: the URI (item, key, name), lastmod, links,
+    # the declared type and the bytes (a file field stands for its file's name and size). It is
+    # read in the database: reconciling builds only the files whose fingerprint changed.
+    fingerprint_fields = ("item_id", "name", "media_type", "modified", "file")
     fingerprint_covers_entry = True
 
     def items(self):
@@ -27,10 +28,6 @@ class BitstreamSource(sources.ResourceSource):
 
     def lastmod(self, obj):
         return obj.modified
-
-    def fingerprint(self, obj):
-        of_file = super().fingerprint(obj)  # the file's name, size and lastmod; None if unreadable
-        return None if of_file is None else f"{obj.item_id}:{obj.pk}:{obj.name}:{obj.media_type}:{of_file}"
 
     def file(self, obj):
         return obj.file
@@ -62,14 +59,11 @@ class MetadataRecordSource(sources.ViewSource):
     def lastmod(self, obj):
         return obj.modified
 
-    # The fingerprint below covers everything the entry shows (URI, lastmod, links) and the record.
+    # Everything the record and its entry show (URI, lastmod, links): the record is rendered
+    # again only when one of these changes, whichever way the change was made (a save,
+    # queryset.update(), raw SQL), and reconciling builds only the items whose values changed.
+    fingerprint_fields = ("title", "creator", "abstract", "collection__name", "modified")
     fingerprint_covers_entry = True
-
-    def fingerprint(self, obj):
-        # Everything the record shows: it is rendered again only when one of these changes,
-        # whichever way the change was made (a save, queryset.update(), raw SQL).
-        shown = (obj.pk, obj.title, obj.creator, obj.abstract, obj.collection.name, obj.modified)
-        return hashlib.sha256(repr(shown).encode()).hexdigest()
 
     def links(self, obj):
         return [{"rel": "describes", "href": obj.get_absolute_url(), "type": "text/html"}]
