@@ -7,8 +7,11 @@ database needs (datetimes, JSON) looked up once per column.
 """
 
 import functools
+import json
 
-from django.db import connections
+from django.core.exceptions import FieldDoesNotExist
+from django.db import connections, models
+from django.db.models.expressions import RawSQL
 
 #: Rows per INSERT statement at most (fewer where the database limits parameters).
 ROWS_PER_STATEMENT = 500
@@ -19,25 +22,32 @@ COPY_FROM = 50
 def _converter(field, connection):
     kind = field.get_internal_type()
     if kind == "DateTimeField":
-        return connection.ops.adapt_datetimefield_value
+        return _remembering(connection.ops.adapt_datetimefield_value)
     if kind == "JSONField":
         return lambda value: field.get_db_prep_save(value, connection)
     return None  # text, numbers and foreign keys go as they are
 
 
+def _remembering(convert):
+    """``convert`` for a column whose rows often share a value (the datetime of the events of
+    one batch, of the records written together): each value converted once."""
+    return functools.lru_cache(maxsize=256)(convert)
+
+
 @functools.lru_cache(maxsize=None)
 def _statement(model, fields, using):
-    """The start of the INSERT, the placeholders of one row, the converters, and how many rows
-    one statement may carry (the database's limit on parameters)."""
+    """The start of the INSERT, the placeholders of one row, ``(index, converter)`` of the
+    columns whose values need converting, and how many rows one statement may carry (the
+    database's limit on parameters)."""
     connection = connections[using]
     meta = model._meta
     columns = [meta.get_field(name.removesuffix("_id") if name.endswith("_id") else name) for name in fields]
     quote = connection.ops.quote_name
     target = f"{quote(meta.db_table)} ({', '.join(quote(field.column) for field in columns)})"
     placeholders = f"({', '.join(['%s'] * len(columns))})"
-    converters = tuple(_converter(field, connection) for field in columns)
+    converters = tuple((index, convert) for index, convert in enumerate(_converter(field, connection) for field in columns) if convert)
     per_statement = max(1, min(ROWS_PER_STATEMENT, connection.ops.bulk_batch_size(columns, [None] * ROWS_PER_STATEMENT)))
-    return target, placeholders, converters if any(converters) else None, per_statement
+    return target, placeholders, converters, per_statement
 
 
 def insert(model, fields, rows, using):
@@ -47,7 +57,11 @@ def insert(model, fields, rows, using):
     hundred rows."""
     target, placeholders, converters, per_statement = _statement(model, tuple(fields), using)
     if converters:
-        rows = [tuple(value if convert is None or value is None else convert(value) for value, convert in zip(row, converters)) for row in rows]
+        rows = [list(row) for row in rows]
+        for index, convert in converters:
+            for row in rows:
+                if row[index] is not None:
+                    row[index] = convert(row[index])
     elif not isinstance(rows, list):
         rows = list(rows)
     if not rows:
@@ -63,3 +77,31 @@ def insert(model, fields, rows, using):
         for start in range(0, len(rows), per_statement):
             batch = rows[start : start + per_statement]
             cursor.execute(f"INSERT INTO {target} VALUES " + ", ".join([placeholders] * len(batch)), [value for row in batch for value in row])
+
+
+def filter_in(queryset, name, values):
+    """``queryset.filter(<name>__in=values)`` for thousands of values, which the ORM prepares
+    one at a time: the values go as one parameter instead (an array on PostgreSQL, a JSON array
+    on SQLite). ``name`` is a field of the queryset's model (``"pk"`` too) or a foreign key of
+    it; lookups across relations, other fields and other databases take the ORM's way."""
+    values = list(values)
+    try:
+        field = queryset.model._meta.pk if name == "pk" else queryset.model._meta.get_field(name)
+    except FieldDoesNotExist:
+        field = None
+    if isinstance(field, models.ForeignKey):
+        field = field.target_field  # compared by the key it holds
+    vendor = connections[queryset.db].vendor
+    if isinstance(field, models.IntegerField):  # auto fields too
+        prepared = [int(value) for value in values]
+    elif isinstance(field, models.CharField):
+        prepared = [str(value) for value in values]
+    else:
+        prepared = None
+    if prepared is None or vendor not in ("postgresql", "sqlite"):
+        return queryset.filter(**{f"{name}__in": values})
+    if vendor == "postgresql":
+        source = RawSQL(f"SELECT unnest(%s::{field.cast_db_type(connections[queryset.db])}[])", [prepared])
+    else:
+        source = RawSQL("SELECT value FROM json_each(%s)", [json.dumps(prepared)])
+    return queryset.filter(**{f"{name}__in": source})

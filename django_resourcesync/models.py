@@ -65,7 +65,8 @@ class ResourceSet(models.Model):
 class Resource(models.Model):
     """The app's own record of one published resource of a set: what its entry says."""
 
-    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="resources")
+    # Indexed first in the constraints and indexes below: no index of its own.
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="resources", db_index=False)
     object_pk = models.CharField(max_length=64)
     uri = models.CharField(max_length=2048)
     lastmod = models.DateTimeField(null=True, blank=True)
@@ -158,8 +159,9 @@ class ChangeEvent(models.Model):
         UPDATED = "updated", _("updated")
         DELETED = "deleted", _("deleted")
 
-    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="changes")
-    changelist = models.ForeignKey(ChangeList, on_delete=models.CASCADE, related_name="changes")
+    # Both indexed first in the indexes below: no index of their own (fewer to keep up per event).
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="changes", db_index=False)
+    changelist = models.ForeignKey(ChangeList, on_delete=models.CASCADE, related_name="changes", db_index=False)
     object_pk = models.CharField(max_length=64)
     uri = models.CharField(max_length=2048)
     change = models.CharField(max_length=8, choices=Change.choices)

@@ -31,6 +31,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
 from django.db import models
 
+from . import bulk
 from .conf import app_settings
 
 logger = logging.getLogger(__name__)
@@ -336,18 +337,12 @@ class ResourceSource:
 
     def affected_by(self, model, pks):
         """:meth:`affected` for many objects of a related model at once: the lookup given in
-        ``related_models`` in a query per thousand keys, else ``affected()`` of each object."""
+        ``related_models`` in one query, else ``affected()`` of each object."""
         lookup = self._related_lookup(model)
-        pks = list(pks)
         if lookup is None:
-            return [key for obj in model._default_manager.filter(pk__in=pks).iterator() for key in self.affected(obj)]
+            return [key for obj in model._default_manager.filter(pk__in=list(pks)).iterator() for key in self.affected(obj)]
         # Every object that points at them, in the set or not: one that left it is compared too.
-        objects = self.item_model._base_manager
-        return [
-            key
-            for start in range(0, len(pks), 1000)
-            for key in objects.filter(**{f"{lookup}__in": pks[start : start + 1000]}).values_list("pk", flat=True)
-        ]
+        return list(bulk.filter_in(self.item_model._base_manager.all(), lookup, pks).values_list("pk", flat=True))
 
     # -- the machinery below is not meant to be overridden --------------------------------
 

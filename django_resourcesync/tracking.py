@@ -83,12 +83,8 @@ def fingerprints_of_rows(source, rows):
 
 def matching_fingerprints(resource_set, fingerprints):
     """The keys of ``{key: fingerprint}`` whose record in the set has that fingerprint."""
-    keys = list(fingerprints)
-    matching = set()
-    for start in range(0, len(keys), 1000):
-        recorded = Resource.objects.filter(resource_set=resource_set, object_pk__in=keys[start : start + 1000])
-        matching.update(key for key, fingerprint in recorded.values_list("object_pk", "fingerprint") if fingerprint and fingerprints[key] == fingerprint)
-    return matching
+    recorded = bulk.filter_in(Resource.objects.filter(resource_set=resource_set), "object_pk", fingerprints)
+    return {key for key, fingerprint in recorded.values_list("object_pk", "fingerprint") if fingerprint and fingerprints[key] == fingerprint}
 
 
 def entry_values(source, obj, known=None, fingerprint=None):
@@ -203,8 +199,8 @@ class SetWriter:
             kept = {known[key]["id"] for key in refused if key in known}
             gone = [row_id for row_id in gone if row_id not in kept]
             changes = [change for change in changes if change.object_pk not in refused]
-        for start in range(0, len(gone), 1000):
-            Resource.objects.filter(pk__in=gone[start : start + 1000]).delete()
+        if gone:
+            bulk.filter_in(Resource.objects.all(), "pk", gone).delete()
         now = timezone.now()
         set_id = self.resource_set.pk
         rows = {key: (set_id, key, *(values[name] for name in ENTRY_FIELDS), now) for key, values in writes.items()}
@@ -220,7 +216,7 @@ class SetWriter:
         """``{object_pk: {field: value}}`` of the set's records of ``keys``."""
         if not keys:
             return {}
-        recorded = Resource.objects.filter(resource_set=self.resource_set, object_pk__in=keys)
+        recorded = bulk.filter_in(Resource.objects.filter(resource_set=self.resource_set), "object_pk", keys)
         return {row["object_pk"]: row for row in recorded.values(*fields)}
 
     def _unvouched(self, objects):
@@ -236,12 +232,10 @@ class SetWriter:
 
     def _fingerprints(self, objects):
         if self.source.fingerprint_fields:  # read in the database, a thousand objects a query
-            fingerprints, pks = {}, [obj.pk for obj in objects.values()]
-            queryset = self.source.queryset(self.resource_set.lookups)
-            for start in range(0, len(pks), 1000):
-                rows = queryset.filter(pk__in=pks[start : start + 1000]).values_list("pk", *self.source.fingerprint_fields)
-                fingerprints.update(fingerprints_of_rows(self.source, rows))
-            return fingerprints
+            if not objects:
+                return {}
+            queryset = bulk.filter_in(self.source.queryset(self.resource_set.lookups), "pk", [obj.pk for obj in objects.values()])
+            return fingerprints_of_rows(self.source, queryset.values_list("pk", *self.source.fingerprint_fields))
         fingerprints = {}
         for key, obj in objects.items():
             try:
@@ -254,11 +248,8 @@ class SetWriter:
         """Keys of objects whose URI another object of the set already publishes: left out."""
         if not writes:
             return set()
-        uris = [values["uri"] for values in writes.values()]
-        taken = {}
-        for start in range(0, len(uris), 1000):
-            found = Resource.objects.filter(resource_set=self.resource_set, uri__in=uris[start : start + 1000])
-            taken.update(found.values_list("uri", "object_pk"))
+        found = bulk.filter_in(Resource.objects.filter(resource_set=self.resource_set), "uri", [values["uri"] for values in writes.values()])
+        taken = dict(found.values_list("uri", "object_pk"))
         refused = set()
         for key, values in writes.items():
             owner = taken.get(values["uri"])
@@ -333,7 +324,7 @@ def reconcile(resource_set, *, batch_size=None, progress=None):
             unchanged = matching_fingerprints(resource_set, fingerprints)
             counts.unchanged += len(unchanged)
             stale = {str(row[0]): row[0] for row in batch if str(row[0]) not in unchanged}
-            found = {str(obj.pk): obj for obj in queryset.filter(pk__in=list(stale.values()))} if stale else {}
+            found = {str(obj.pk): obj for obj in bulk.filter_in(queryset, "pk", stale.values())} if stale else {}
             objects = {key: found.get(key) for key in stale}  # None: gone since it was read
         else:
             objects = {str(obj.pk): obj for obj in batch}
@@ -473,7 +464,7 @@ def process_pending(source_names=None, *, batch_size=None):
                     except Exception:
                         # Its reconcile catches up once the set is fixed; the other sets go on.
                         logger.exception("Set %s: pending changes could not be applied", resource_set.slug)
-                PendingChange.objects.filter(pk__in=[row_id for row_id, _key, _related in pending]).delete()
+                bulk.filter_in(PendingChange.objects.all(), "pk", [row_id for row_id, _key, _related in pending]).delete()
     return counts
 
 
@@ -500,6 +491,6 @@ def _apply_keys(resource_set, source, keys, batch_size, counts):
     writer = SetWriter(resource_set, record_events=is_tracked(resource_set))
     for start in range(0, len(keys), batch_size):
         batch = keys[start : start + batch_size]
-        present = {str(obj.pk): obj for obj in source.queryset(resource_set.lookups).filter(pk__in=batch)}
+        present = {str(obj.pk): obj for obj in bulk.filter_in(source.queryset(resource_set.lookups), "pk", batch)}
         writer.apply({key: present.get(key) for key in batch})
     counts.add(writer.counts)

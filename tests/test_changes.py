@@ -478,3 +478,19 @@ def test_a_fingerprint_of_one_object_equals_that_of_its_batch(tracked):
         batch = tracking.fingerprints_of_rows(source, rows)
         assert len(batch) == queryset.count() and all(batch.values())
         assert {str(obj.pk): tracking.fingerprint_of(source, obj) for obj in queryset} == batch
+
+
+def test_filter_in_passes_many_and_odd_values_as_one_parameter(tracked):
+    """The shortcut change tracking takes for long IN lists finds exactly what the ORM does."""
+    from django_resourcesync import bulk
+
+    records = Resource.objects.filter(resource_set=tracked[1])
+    uris = list(records.values_list("uri", flat=True))
+    odd = ['http://testserver/it"em\'s/é/\u2603', "back\\slash", "", "%s", "?"]
+    by_uri = bulk.filter_in(records, "uri", uris + odd)
+    assert sorted(by_uri.values_list("uri", flat=True)) == sorted(uris)
+    pks = list(records.values_list("pk", flat=True))
+    assert set(bulk.filter_in(Resource.objects.all(), "pk", [str(pk) for pk in pks] + list(range(10**6, 10**6 + 40_000)))) == set(records)
+    assert bulk.filter_in(Resource.objects.all(), "resource_set", [tracked[1].pk]).count() == len(pks)
+    files = bulk.filter_in(ItemFile.objects.all(), "item__collection", list(Collection.objects.values_list("pk", flat=True)))
+    assert files.count() == ItemFile.objects.count()  # across a relation: the ORM's way

@@ -72,29 +72,34 @@ class ChangeLog:
     def append(self, changes):
         """Write :class:`~django_resourcesync.tracking.Change` objects as change events, in
         order. Datetimes never go backwards, whatever the clock."""
-        if not changes:
-            return
         now = timezone.now()
-        rows = []
-        for change in changes:
+        done = 0
+        while done < len(changes):
+            # Every event of a call has the same datetime (the clock's, or the last event's if
+            # the clock went back), so a list can only close before the first one, or when full.
             moment = max(now, self.open.last_datetime or self.open.from_time)
             until = self._closing_point(moment)
             if until is not None:
-                self._insert(rows)
-                rows = []
                 self._close(until)
                 moment = max(moment, self.open.from_time)
-            entry_xml = change_entry(
-                change.uri, change.change, moment, change.lastmod, change.md5, change.sha256, change.length, change.media_type, change.links
-            )
-            rows.append((
-                self.resource_set.pk, self.open.pk, change.object_pk, change.uri, change.change, moment,
-                change.lastmod, change.md5, change.sha256, change.length, change.media_type, entry_xml,
-            ))
-            self.open.entries += 1
+            batch = changes[done : done + app_settings.MAX_ENTRIES_PER_DOCUMENT - self.open.entries]
+            stamp = w3c_datetime(moment)
+            set_id, list_id = self.resource_set.pk, self.open.pk
+            self._insert([
+                (
+                    set_id, list_id, change.object_pk, change.uri, change.change, moment,
+                    change.lastmod, change.md5, change.sha256, change.length, change.media_type,
+                    change_entry(
+                        change.uri, change.change, stamp, change.lastmod, change.md5, change.sha256, change.length, change.media_type, change.links
+                    ),
+                )
+                for change in batch
+            ])
+            self.open.entries += len(batch)
             self.open.last_datetime = moment
-        self._insert(rows)
-        self.open.save(update_fields=["entries", "last_datetime"])
+            done += len(batch)
+        if changes:
+            self.open.save(update_fields=["entries", "last_datetime"])
 
     EVENT_FIELDS = (
         "resource_set_id", "changelist_id", "object_pk", "uri", "change", "datetime",

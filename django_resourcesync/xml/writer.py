@@ -119,8 +119,8 @@ def change_entry(uri, change, datetime, lastmod=None, md5="", sha256="", length=
 
     A deletion carries the URI, the change and its datetime only: nothing about what was removed.
     """
-    if change == "deleted":
-        return url_element(uri, md={"change": change, "datetime": w3c_datetime(datetime)})
+    if change == "deleted":  # the commonest entry of a bulk change: written directly
+        return f'<url><loc>{text(uri)}</loc><rs:md change="deleted" datetime="{w3c_datetime(datetime)}"/></url>\n'
     return url_element(
         uri,
         lastmod=lastmod,
