@@ -1,17 +1,18 @@
 """Render a page of the site in process, to learn the exact bytes a Destination will fetch."""
 
 import threading
-from http.cookies import SimpleCookie
 from urllib.parse import urlsplit
 
+from django.core.handlers.base import BaseHandler
 from django.core.signals import setting_changed
 from django.dispatch import receiver
-from django.test.client import Client
+from django.test.client import RequestFactory
+from django.urls import set_urlconf
 
 from .conf import app_settings
 from .sources import UnpublishableResource
 
-_clients = threading.local()
+_local = threading.local()
 _middleware_generation = [0]
 
 
@@ -21,34 +22,50 @@ def _middleware_changed(setting, **kwargs):
         _middleware_generation[0] += 1
 
 
-def _client(host, port):
-    """A test client of this thread for ``host:port`` (building one loads the middleware)."""
-    key = (host, port)
-    cached = getattr(_clients, "by_host", None)
-    if cached is None or getattr(_clients, "generation", None) != _middleware_generation[0]:
-        cached = _clients.by_host = {}
-        _clients.generation = _middleware_generation[0]
-    if key not in cached:
-        cached[key] = Client(raise_request_exception=False, SERVER_NAME=host, SERVER_PORT=port)
-    client = cached[key]
-    client.cookies = SimpleCookie()  # every request is a first visit: no session, no CSRF cookie
-    return client
+def _handler():
+    """This thread's request handler, with the site's middleware loaded once."""
+    if getattr(_local, "generation", None) != _middleware_generation[0]:
+        handler = BaseHandler()
+        handler.load_middleware()
+        _local.handler, _local.generation, _local.factories = handler, _middleware_generation[0], {}
+    return _local.handler
+
+
+def _factory(host, port):
+    factories = _local.factories
+    if (host, port) not in factories:
+        factories[host, port] = RequestFactory(SERVER_NAME=host, SERVER_PORT=port)
+    return factories[host, port]
 
 
 def render_location(location):
     """GET ``location`` (a path, or a URI under BASE_URL) through the whole request handling.
 
-    The request passes through the middleware and URLconf as an anonymous visitor's would, with
-    the host and scheme of ``BASE_URL``. Returns ``(body, content_type)`` for a 200 answer;
-    raises :class:`~django_resourcesync.sources.UnpublishableResource` for any other.
+    The request passes through the middleware and URLconf as an anonymous visitor's would (no
+    cookies: no session, no CSRF cookie), with the host and scheme of ``BASE_URL``. Returns
+    ``(body, content_type)`` for a 200 answer; raises
+    :class:`~django_resourcesync.sources.UnpublishableResource` for any other.
+
+    The handler is called directly, as a WSGI server's would be, but without the request
+    signals: their receivers close the database connections of the thread between requests,
+    and a page is often rendered inside a transaction of change tracking.
     """
     parts = urlsplit(str(location))
     base = urlsplit(app_settings.BASE_URL or "http://localhost")
     secure = base.scheme == "https"
-    client = _client(base.hostname or "localhost", str(base.port or (443 if secure else 80)))
-    path = parts.path or "/"
-    response = client.get(path, QUERY_STRING=parts.query, secure=secure)
-    if response.status_code != 200:
-        raise UnpublishableResource(f"{location} answered {response.status_code}")
-    body = b"".join(response.streaming_content) if response.streaming else response.content
-    return body, response.get("Content-Type")
+    handler = _handler()
+    request = _factory(base.hostname or "localhost", str(base.port or (443 if secure else 80))).get(
+        parts.path or "/", QUERY_STRING=parts.query, secure=secure
+    )
+    response = handler.get_response(request)
+    try:
+        if response.status_code != 200:
+            raise UnpublishableResource(f"{location} answered {response.status_code}")
+        body = b"".join(response.streaming_content) if response.streaming else response.content
+        return body, response.get("Content-Type")
+    finally:
+        # What response.close() does, but its request_finished signal: the files and the
+        # request are closed, and the URLconf a middleware may have chosen is forgotten.
+        for close in getattr(response, "_resource_closers", ()):
+            close()
+        set_urlconf(None)

@@ -133,6 +133,38 @@ def test_metadata_record_bytes_match_the_served_view(seed, metadata):
         assert item.title.encode() in body
 
 
+def test_rendering_a_record_sends_no_request_signals_and_keeps_the_transaction(seed, metadata):
+    """Pages are rendered inside change tracking's transactions, by several threads of a worker
+    at once: the request signals (whose receivers close the thread's database connections, and
+    which a test client disconnects process-wide while it works) must not be involved."""
+    from django.core.signals import request_finished, request_started
+    from django.db import connection, transaction
+    from django.urls import get_urlconf
+
+    from django_resourcesync.rendering import render_location
+
+    seed(2)
+    sent = []
+
+    def count(sender, **kwargs):
+        sent.append(sender)
+
+    request_started.connect(count)
+    request_finished.connect(count)
+    try:
+        with transaction.atomic():
+            item = Item.objects.select_for_update().order_by("pk").first()
+            body, content_type = render_location(item.get_metadata_url())
+            assert connection.in_atomic_block and not connection.needs_rollback
+            assert Item.objects.filter(pk=item.pk).exists()
+    finally:
+        request_started.disconnect(count)
+        request_finished.disconnect(count)
+    assert sent == []
+    assert item.title.encode() in body and content_type.startswith("application/xml")
+    assert get_urlconf() is None, "the thread's URLconf is reset as after a request"
+
+
 @pytest.mark.parametrize("limit", [1, 7, 10])
 def test_resource_list_index_past_the_entry_limit(settings, seed, metadata, limit):
     settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": limit}
