@@ -93,15 +93,16 @@ def filter_in(queryset, name, values):
         field = field.target_field  # compared by the key it holds
     vendor = connections[queryset.db].vendor
     if isinstance(field, models.IntegerField):  # auto fields too
-        prepared = [int(value) for value in values]
+        prepared, array_type = [int(value) for value in values], "bigint"
     elif isinstance(field, models.CharField):
-        prepared = [str(value) for value in values]
+        # text, not varchar(n): a cast to the column's type would cut longer values to size.
+        prepared, array_type = [str(value) for value in values], "text"
     else:
         prepared = None
     if prepared is None or vendor not in ("postgresql", "sqlite"):
         return queryset.filter(**{f"{name}__in": values})
     if vendor == "postgresql":
-        source = RawSQL(f"SELECT unnest(%s::{field.cast_db_type(connections[queryset.db])}[])", [prepared])
+        source = RawSQL(f"SELECT unnest(%s::{array_type}[])", [prepared])
     else:
         source = RawSQL("SELECT value FROM json_each(%s)", [json.dumps(prepared)])
     return queryset.filter(**{f"{name}__in": source})

@@ -231,7 +231,7 @@ class SetWriter:
         return [key for key in objects if key not in unchanged], fingerprints
 
     def _fingerprints(self, objects):
-        if self.source.fingerprint_fields:  # read in the database, a thousand objects a query
+        if self.source.fingerprint_fields:  # read in the database, in one query
             if not objects:
                 return {}
             queryset = bulk.filter_in(self.source.queryset(self.resource_set.lookups), "pk", [obj.pk for obj in objects.values()])
