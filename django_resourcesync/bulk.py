@@ -84,14 +84,17 @@ def filter_in(queryset, name, values):
     one at a time: the values go as one parameter instead (an array on PostgreSQL, a JSON array
     on SQLite). ``name`` is a field of the queryset's model (``"pk"`` too) or a foreign key of
     it; lookups across relations, other fields and other databases take the ORM's way."""
-    values = list(values)
+    values = [value for value in values if value is not None]  # as the ORM's __in does
     try:
         field = queryset.model._meta.pk if name == "pk" else queryset.model._meta.get_field(name)
     except FieldDoesNotExist:
         field = None
     if isinstance(field, models.ForeignKey):
         field = field.target_field  # compared by the key it holds
-    vendor = connections[queryset.db].vendor
+    connection = connections[queryset.db]
+    vendor = connection.vendor
+    if vendor == "sqlite" and not connection.features.supports_json_field:  # no JSON1
+        vendor = None
     if isinstance(field, models.IntegerField):  # auto fields too
         prepared, array_type = [int(value) for value in values], "bigint"
     elif isinstance(field, models.CharField):

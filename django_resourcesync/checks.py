@@ -259,9 +259,15 @@ def _fingerprint_field_errors(registry):
             problem = "is not a sequence of field names"
         else:
             try:
-                source.item_model._base_manager.values_list(*fields)
+                source.items().values_list(*fields)
             except (FieldError, TypeError, ValueError) as exc:
                 problem = f"cannot be read from {source.item_model._meta.label}: {exc}"
+            else:
+                # One value per object: a lookup across a to-many relation gives a row per
+                # related object, and the fingerprint would cover only one of them.
+                many = [name for name in fields if any(f.many_to_many or f.one_to_many for f in source._lookup_path(name) or ())]
+                if many:
+                    problem = f"crosses a to-many relation in {', '.join(map(repr, many))}: one value per object is needed"
         if problem:
             errors.append(
                 Error(

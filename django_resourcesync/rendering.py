@@ -57,15 +57,17 @@ def render_location(location):
     request = _factory(base.hostname or "localhost", str(base.port or (443 if secure else 80))).get(
         parts.path or "/", QUERY_STRING=parts.query, secure=secure
     )
-    response = handler.get_response(request)
     try:
-        if response.status_code != 200:
-            raise UnpublishableResource(f"{location} answered {response.status_code}")
-        body = b"".join(response.streaming_content) if response.streaming else response.content
-        return body, response.get("Content-Type")
+        response = handler.get_response(request)
+        try:
+            if response.status_code != 200:
+                raise UnpublishableResource(f"{location} answered {response.status_code}")
+            body = b"".join(response.streaming_content) if response.streaming else response.content
+            return body, response.get("Content-Type")
+        finally:
+            # What response.close() does, but its request_finished signal: the files and the
+            # request are closed.
+            for close in getattr(response, "_resource_closers", ()):
+                close()
     finally:
-        # What response.close() does, but its request_finished signal: the files and the
-        # request are closed, and the URLconf a middleware may have chosen is forgotten.
-        for close in getattr(response, "_resource_closers", ()):
-            close()
-        set_urlconf(None)
+        set_urlconf(None)  # forget the URLconf a middleware may have chosen, as after a request

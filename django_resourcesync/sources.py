@@ -284,7 +284,7 @@ class ResourceSource:
     def fingerprint(self, obj):
         if self.fingerprint_fields:
             # One object alone (change tracking reads the values of a batch in one query).
-            values = self.item_model._base_manager.filter(pk=obj.pk).values_list(*self.fingerprint_fields).first()
+            values = self.items().filter(pk=obj.pk).values_list(*self.fingerprint_fields).first()
             return None if values is None else self.fingerprint_of_values(values)
         lastmod = self._get("lastmod", obj)
         f = self._get("file", obj)
@@ -315,17 +315,23 @@ class ResourceSource:
         """``(index, storage)`` of the file fields among ``fingerprint_fields``."""
         files = []
         for index, lookup in enumerate(self.fingerprint_fields):
-            model, found = self.item_model, None
-            for part in lookup.split("__"):
-                try:
-                    found = model._meta.get_field(part)
-                except FieldDoesNotExist:  # "pk", a transform: not a file field
-                    found = None
-                    break
-                model = found.related_model or model
-            if isinstance(found, models.FileField):
-                files.append((index, found.storage))
+            path = self._lookup_path(lookup)
+            if path and isinstance(path[-1], models.FileField):
+                files.append((index, path[-1].storage))
         return files
+
+    def _lookup_path(self, lookup):
+        """The fields a lookup of the source's objects passes (``"item__collection__name"``:
+        three), or ``None`` where one part is not a field ("pk", a transform, an annotation)."""
+        model, path = self.item_model, []
+        for part in lookup.split("__"):
+            try:
+                field = model._meta.get_field(part)
+            except FieldDoesNotExist:
+                return None
+            path.append(field)
+            model = field.related_model or model
+        return path
 
     def affected(self, instance):
         """Primary keys of this source's objects whose entries may change when ``instance``, an

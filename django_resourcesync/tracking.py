@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from django.apps import apps
 from django.db import models, router, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Case, Exists, OuterRef, When
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -152,10 +152,11 @@ class SetWriter:
         self.counts = ChangeCounts()
         self.using = router.db_for_write(Resource)
 
-    def apply(self, objects):
+    def apply(self, objects, fingerprints=None):
         """``objects``: ``{object_pk: obj or None}``, ``None`` for an object that is not (or no
-        longer) among the set's items."""
-        keys, fingerprints = self._unvouched(objects)
+        longer) among the set's items. ``fingerprints``: those of the objects, read in the
+        database (``fingerprint_fields``) before the objects were, else they are read here."""
+        keys, fingerprints = self._unvouched(objects, fingerprints)
         known = self._records([key for key in keys if objects[key] is not None], ("id", "object_pk", *ENTRY_FIELDS))
         # Of an object that is gone, only what its deletion needs.
         known.update(self._records([key for key in keys if objects[key] is None], ("id", "object_pk", "uri")))
@@ -219,23 +220,33 @@ class SetWriter:
         recorded = bulk.filter_in(Resource.objects.filter(resource_set=self.resource_set), "object_pk", keys)
         return {row["object_pk"]: row for row in recorded.values(*fields)}
 
-    def _unvouched(self, objects):
+    def _unvouched(self, objects, fingerprints=None):
         """The keys of ``objects`` to describe and compare with their record, and the
         fingerprints computed on the way. When the source's fingerprint covers its entries, an
         object whose fingerprint matches its record's is left out, unchanged, unread."""
-        fingerprints = self._fingerprints({key: obj for key, obj in objects.items() if obj is not None})
+        present = {key: obj for key, obj in objects.items() if obj is not None}
+        if fingerprints is None:
+            fingerprints = self._fingerprints(present)
+        else:  # one that joined the items since they were read has none yet: described, "" kept
+            fingerprints = {key: fingerprints.get(key, "") for key in present}
         if not self.source.fingerprint_covers_entry:
             return list(objects), fingerprints
         unchanged = matching_fingerprints(self.resource_set, fingerprints)
         self.counts.unchanged += len(unchanged)
         return [key for key in objects if key not in unchanged], fingerprints
 
+    def read_fingerprints(self, pks):
+        """``{key: fingerprint}`` of the objects ``pks`` that are among the set's items, read in
+        the database (``fingerprint_fields``) in one query. Read them before the objects: a
+        fingerprint newer than the object it is stored with would hide that object's change."""
+        if not pks:
+            return {}
+        queryset = bulk.filter_in(self.source.queryset(self.resource_set.lookups), "pk", pks)
+        return fingerprints_of_rows(self.source, queryset.values_list("pk", *self.source.fingerprint_fields))
+
     def _fingerprints(self, objects):
-        if self.source.fingerprint_fields:  # read in the database, in one query
-            if not objects:
-                return {}
-            queryset = bulk.filter_in(self.source.queryset(self.resource_set.lookups), "pk", [obj.pk for obj in objects.values()])
-            return fingerprints_of_rows(self.source, queryset.values_list("pk", *self.source.fingerprint_fields))
+        if self.source.fingerprint_fields:
+            return self.read_fingerprints([obj.pk for obj in objects.values()])
         fingerprints = {}
         for key, obj in objects.items():
             try:
@@ -327,9 +338,9 @@ def reconcile(resource_set, *, batch_size=None, progress=None):
             found = {str(obj.pk): obj for obj in bulk.filter_in(queryset, "pk", stale.values())} if stale else {}
             objects = {key: found.get(key) for key in stale}  # None: gone since it was read
         else:
-            objects = {str(obj.pk): obj for obj in batch}
+            objects, fingerprints = {str(obj.pk): obj for obj in batch}, None
         if objects:
-            _apply_batch(resource_set, objects, record_events, counts)
+            _apply_batch(resource_set, objects, record_events, counts, fingerprints)
         seen += len(batch)
         if progress:
             progress("reconcile", seen, total)
@@ -348,9 +359,16 @@ def _gone_keys(resource_set, queryset, batch_size):
     records = Resource.objects.filter(resource_set=resource_set)
     if isinstance(queryset.model._meta.pk, models.IntegerField) and queryset.db == records.db:  # auto fields too
         # NOT EXISTS, which databases run as an anti-join whatever the sizes (NOT IN may not);
-        # the record's key is cast, not the object's, so the lookup can use the primary key's index.
-        present = queryset.order_by().filter(pk=Cast(OuterRef("object_pk"), models.BigIntegerField()))
-        gone = list(records.filter(~Exists(present)).values_list("object_pk", flat=True))
+        # the record's key is cast, not the object's, so the lookup can use the primary key's
+        # index. A key that is not an integer as str() writes it (left by an earlier source of
+        # the set, say) is never cast: it has no object, and is gone.
+        key = Case(
+            When(object_pk__regex=r"^(0|-?[1-9][0-9]{0,17})$", then=Cast("object_pk", models.BigIntegerField())),
+            default=None,
+            output_field=models.BigIntegerField(),
+        )
+        present = queryset.order_by().filter(pk=OuterRef("key"))
+        gone = list(records.annotate(key=key).filter(~Exists(present)).values_list("object_pk", flat=True))
         for start in range(0, len(gone), batch_size):
             yield gone[start : start + batch_size]
         return
@@ -362,10 +380,10 @@ def _gone_keys(resource_set, queryset, batch_size):
             yield gone
 
 
-def _apply_batch(resource_set, objects, record_events, counts):
+def _apply_batch(resource_set, objects, record_events, counts, fingerprints=None):
     with locked(resource_set):
         writer = SetWriter(resource_set, record_events=record_events)
-        writer.apply(objects)
+        writer.apply(objects, fingerprints)
     counts.add(writer.counts)
 
 
@@ -491,6 +509,7 @@ def _apply_keys(resource_set, source, keys, batch_size, counts):
     writer = SetWriter(resource_set, record_events=is_tracked(resource_set))
     for start in range(0, len(keys), batch_size):
         batch = keys[start : start + batch_size]
+        fingerprints = writer.read_fingerprints(batch) if source.fingerprint_fields else None  # first
         present = {str(obj.pk): obj for obj in bulk.filter_in(source.queryset(resource_set.lookups), "pk", batch)}
-        writer.apply({key: present.get(key) for key in batch})
+        writer.apply({key: present.get(key) for key in batch}, fingerprints)
     counts.add(writer.counts)

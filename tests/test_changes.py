@@ -494,3 +494,49 @@ def test_filter_in_passes_many_and_odd_values_as_one_parameter(tracked):
     assert bulk.filter_in(Resource.objects.all(), "resource_set", [tracked[1].pk]).count() == len(pks)
     files = bulk.filter_in(ItemFile.objects.all(), "item__collection", list(Collection.objects.values_list("pk", flat=True)))
     assert files.count() == ItemFile.objects.count()  # across a relation: the ORM's way
+
+
+def test_reconcile_drops_records_whose_key_is_no_integer_of_an_object(tracked, committing):
+    """Records left by an earlier source of the set, with keys that are not str() of an
+    integer key, are gone: never cast to a key they are not (on SQLite "12abc" would be 12)."""
+    metadata = tracked[1]
+    pk = Item.objects.order_by("pk").first().pk
+    odd = [f"{pk}f0e4c2-uuid", f"00{pk}", "slug-of-old-source", f"{pk}.0"]
+    for n, key in enumerate(odd):
+        Resource.objects.create(resource_set=metadata, object_pk=key, uri=f"http://testserver/old/{n}", entry_xml="<url/>")
+    with committing():
+        call_command("resourcesync_reconcile", verbosity=0)
+    assert not Resource.objects.filter(resource_set=metadata, object_pk__in=odd).exists()
+    assert Resource.objects.filter(resource_set=metadata, object_pk=str(pk)).exists()
+    assert {loc for c, loc, _ in changes(metadata) if c == "deleted"} == {f"http://testserver/old/{n}" for n in range(len(odd))}
+
+
+def test_a_change_committed_after_the_objects_were_read_is_not_hidden(tracked, committing, monkeypatch):
+    """A fingerprint newer than the object it is stored with would make the next comparison
+    find nothing to do: fingerprints are read before the objects, so a rename committed by
+    another process once the objects were read still arrives."""
+    bitstreams = tracked[0]
+    f = ItemFile.objects.order_by("pk").first()
+    original = tracking.SetWriter.apply
+    renamed = []
+
+    def rename_then_apply(self, objects, *args, **kwargs):
+        if self.resource_set == bitstreams and not renamed:  # the objects are read: rename now
+            renamed.append(f.pk)
+            with tracking.paused():
+                ItemFile.objects.filter(pk=f.pk).update(name="renamed.txt")
+            tracking.changed(model=ItemFile, pks=[f.pk])
+        return original(self, objects, *args, **kwargs)
+
+    monkeypatch.setattr(tracking.SetWriter, "apply", rename_then_apply)
+    with committing():
+        tracking.changed(model=ItemFile, pks=[f.pk])
+    assert renamed
+    monkeypatch.undo()
+    with committing():
+        tracking.process_pending()
+        call_command("resourcesync_reconcile", verbosity=0)
+    f.refresh_from_db()
+    record = Resource.objects.get(resource_set=bitstreams, object_pk=str(f.pk))
+    assert record.uri == f"http://testserver{f.get_absolute_url()}" and record.uri.endswith("/renamed.txt")
+    assert ("created", record.uri) in {(c, loc) for c, loc, _ in changes(bitstreams)}

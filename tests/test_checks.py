@@ -109,7 +109,7 @@ def test_related_models_lookup_that_leads_nowhere(monkeypatch):
     assert "item__collection" in found["resourcesync.E017"].hint
 
 
-@pytest.mark.parametrize("fields", [("title", "colection__name"), "title"])
+@pytest.mark.parametrize("fields", [("title", "colection__name"), "title", ("title", "files__name")])
 def test_fingerprint_fields_that_cannot_be_read(monkeypatch, fields):
     from django_resourcesync.sources import registry
 
