@@ -1,8 +1,8 @@
 """Change tracking: keep each set's record (:class:`~.models.Resource`) and change log in step.
 
-Three paths lead here, and all end in :func:`apply`, which compares objects with the record of a
-set and writes what differs, with a :class:`~.models.ChangeEvent` for every change a Destination
-must learn about:
+Three paths lead here, and all end in :meth:`SetWriter.apply`, which compares objects with the
+record of a set and writes what differs, with a :class:`~.models.ChangeEvent` for every change a
+Destination must learn about:
 
 - **signals** (:mod:`.signals`): a save or delete of a tracked model inserts a
   :class:`~.models.PendingChange` row in the same transaction, and the commit queues
@@ -284,14 +284,6 @@ def locked(resource_set):
 def is_tracked(resource_set):
     """Whether the set's change log has started (its first reconcile opened a Change List)."""
     return resource_set.changelists.exists()
-
-
-def apply(resource_set, objects):
-    """Apply ``{object_pk: obj or None}`` to the set, with change events once tracking started."""
-    with locked(resource_set):
-        writer = SetWriter(resource_set, record_events=is_tracked(resource_set))
-        writer.apply(objects)
-    return writer.counts
 
 
 # -- reconciliation -------------------------------------------------------------------------
