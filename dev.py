@@ -4,13 +4,13 @@
     python3 dev.py demo     # virtualenv, install, database, sample data, documents, server on :8000
     python3 dev.py test     # virtualenv, install, services, the whole test suite (and the docs)
 
-``test`` runs the suite twice: on the embedded defaults (SQLite, files, tasks in process), then on
-the production stack: PostgreSQL, a real Celery worker fed by Redis, documents in S3 (a local S3
-endpoint, moto's server mode, started from the virtualenv for the run and stopped after it).
-Where PostgreSQL or Redis are not running it starts them, installing them from the system's
-packages first if they are missing (this needs root and apt-get). ``python3 dev.py test
---embedded-only`` runs only the first half and needs no service. Arguments after ``--`` go to
-pytest.
+``test`` runs the linter (ruff) and builds the docs, then runs the suite twice: on the embedded
+defaults (SQLite, files, tasks in process), then on the production stack: PostgreSQL, a real
+Celery worker fed by Redis, documents in S3 (a local S3 endpoint, moto's server mode, started from
+the virtualenv for the run and stopped after it). Where PostgreSQL or Redis are not running it
+starts them, installing them from the system's packages first if they are missing (this needs root
+and apt-get). ``python3 dev.py test --embedded-only`` runs only the first half and needs no
+service. Arguments after ``--`` go to pytest.
 """
 
 import argparse
@@ -20,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,7 +46,9 @@ def run(*command, env=None, check=True, **kwargs):
 
 def apt_install(*packages):
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        sys.exit(f"[dev] {', '.join(packages)} needed: install them (as root: apt-get install {' '.join(packages)}) and try again.")
+        sys.exit(
+            f"[dev] {', '.join(packages)} needed: install them (as root: apt-get install {' '.join(packages)}) and try again."
+        )
     say(f"installing {' '.join(packages)} from the system's packages")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     run("apt-get", "update", "-q", env=env, stdout=subprocess.DEVNULL)
@@ -168,23 +171,77 @@ class S3Endpoint:
                 self.process.wait()
 
 
-def timed(what, *command, env):
+def timed(what, *command, env, cwd=ROOT):
     say(what)
     started = time.monotonic()
-    code = run(*command, env=env, check=False).returncode
+    code = subprocess.run([str(c) for c in command], cwd=cwd, env=env, check=False).returncode
     say(f"{what}: {'passed' if code == 0 else f'FAILED (exit {code})'} in {time.monotonic() - started:.0f}s")
     return code
+
+
+NEWEST_PYTHON, NEWEST_DJANGO = "3.13", "Django>=6.0,<6.1"
+# What the suite needs of the checkout besides the package (which comes from the wheel).
+SUITE_FILES = ("tests", "example_project", "docs", "manage.py", "setup.cfg", "pyproject.toml", "tox.ini", "README.md")
+
+
+def find_python(version):
+    """An interpreter of ``version`` that runs: on the PATH, or installed by pyenv (whose shim on
+    the PATH may belong to a version not selected here); ``None`` if there is none."""
+    candidates = [shutil.which(f"python{version}")]
+    if shutil.which("pyenv"):
+        root = subprocess.run(["pyenv", "root"], capture_output=True, text=True).stdout.strip()
+        candidates += sorted(Path(root).glob(f"versions/{version}*/bin/python{version}"), reverse=True) if root else []
+    for candidate in filter(None, candidates):
+        if subprocess.run([str(candidate), "-c", "import venv"], capture_output=True).returncode == 0:
+            return str(candidate)
+    return None
+
+
+def wheel_suite(args, env):
+    """The embedded suite on the newest Python and Django the package claims, with the package
+    installed from a wheel built now into a fresh virtualenv (not imported from the checkout):
+    a file or a dependency the wheel lacks fails there. Skipped, in one line, without that Python."""
+    python = find_python(NEWEST_PYTHON)
+    if python is None:
+        say(f"no python{NEWEST_PYTHON} here: the suite from the wheel on Python {NEWEST_PYTHON} is not run")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="resourcesync-wheel-") as folder:
+        folder = Path(folder)
+        say(f"building the wheel and installing it on Python {NEWEST_PYTHON} with {NEWEST_DJANGO}")
+        run(PYTHON, "-m", "build", "--no-isolation", "--wheel", "--outdir", folder / "dist", env=env, stdout=subprocess.DEVNULL)
+        (wheel,) = (folder / "dist").glob("*.whl")
+        venv = folder / "venv"
+        run(python, "-m", "venv", venv)
+        installed = venv / "bin" / "python"
+        run(installed, "-m", "pip", "install", "-q", "--upgrade", "pip", env=env)
+        run(installed, "-m", "pip", "install", "-q", f"{wheel}[dev]", NEWEST_DJANGO, env=env)
+        checkout = folder / "checkout"
+        checkout.mkdir()
+        for name in SUITE_FILES:
+            source = ROOT / name
+            if source.is_dir():
+                shutil.copytree(source, checkout / name, ignore=shutil.ignore_patterns("__pycache__", "_build"))
+            else:
+                shutil.copy2(source, checkout / name)
+        return timed(
+            f"test suite from the wheel (Python {NEWEST_PYTHON}, {NEWEST_DJANGO}, embedded defaults)",
+            installed, "-m", "pytest", "-p", "no:cacheprovider", *args.pytest_args,
+            env=dict(env, RESOURCESYNC_XSD_DIR=str(ROOT.parent / "shared" / "spec" / "xsd")), cwd=checkout,
+        )
 
 
 def test(args):
     ensure_virtualenv()
     pytest = [PYTHON, "-m", "pytest", *args.pytest_args]
     env = {k: v for k, v in os.environ.items() if k not in PRODUCTION_VARIABLES}
+    say("lint: ruff check")
+    run(PYTHON, "-m", "ruff", "check", ".", env=env)
     say("docs: sphinx-build -W")
     run(PYTHON, "-m", "sphinx", "-W", "-q", "-b", "html", "docs", "docs/_build/html", env=env)
     embedded = timed("test suite, embedded defaults (SQLite, files, tasks in process)", *pytest, env=env)
     if args.embedded_only:
         sys.exit(embedded)
+    embedded = wheel_suite(args, env) or embedded
     ensure_postgresql()
     ensure_redis()
     with S3Endpoint() as s3_url:

@@ -22,7 +22,7 @@ measures:
    between the two (ABBA order) to cancel drift. First in the production configuration, with a
    real Celery broker (``CELERY_BROKER_URL`` set for the child, so tasks are queued on Redis and
    nothing consumes them; the queue is purged afterwards): the dispatcher thread of
-   ``django_resourcesync.outbox`` writes the pending changes (not on SQLite, where the save's
+   ``django_resourcesync.tracking.outbox`` writes the pending changes (not on SQLite, where the save's
    thread does) and queues the tasks, and each timed block ends with ``dispatcher.flush()``, so
    that the thread's work is counted in the block. Then with tasks run in process (eager, the
    demo's default), where each save also processes its changes inline, and last in the broker
@@ -74,10 +74,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import _steps
 from _steps import add_child_arguments, run_as_child
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BROKER = "redis://127.0.0.1:6379/14"
@@ -393,8 +393,9 @@ def child_saves(cfg, saves, block, atomic):
     from django.db import transaction
     from django.db.models.signals import post_delete, post_save
 
-    from django_resourcesync import outbox, signals
     from django_resourcesync.models import PendingChange
+    from django_resourcesync.tracking import outbox
+    from django_resourcesync.tracking import receivers as signals
     from example_project.repository.models import Item
 
     uid = f"resourcesync_track_{Item._meta.label_lower}"

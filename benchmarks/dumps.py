@@ -247,7 +247,9 @@ def child_build(var_dir, package_bytes):
 
     resource_set = ResourceSet.objects.get(slug=SLUG)
     effective = _set_package_bytes(package_bytes)
-    bitstream_bytes = sum(length or 0 for length in Resource.objects.filter(resource_set=resource_set).values_list("length", flat=True))
+    bitstream_bytes = sum(
+        length or 0 for length in Resource.objects.filter(resource_set=resource_set).values_list("length", flat=True)
+    )
     baseline = current_rss_kib()
     started = time.perf_counter()
     build = build_resourcedump(resource_set, refresh=False)
@@ -465,7 +467,8 @@ def run(n, total_gib, keep, profile, top, cache, repeat):
             print("page cache before timed steps: warmed by reading every file once [--cache warm]")
         else:
             worked, note = drop_caches()
-            print(f"page cache before timed steps: {'dropped (sync; echo 3 > /proc/sys/vm/drop_caches) before each' if worked else note}"
+            print(f"page cache before timed steps: "
+                  f"{'dropped (sync; echo 3 > /proc/sys/vm/drop_caches) before each' if worked else note}"
                   f" [--cache cold]")
             read = run_child("read", results, media_root, tag="-cold")
             print(f"read only (cold cache, 1 MB chunks, no hashing): {mb_per_s(read['bytes'], read['seconds']):,.1f} MB/s "

@@ -64,7 +64,9 @@ TARGET_SPEEDUP = 1.7
 def environment(cfg):
     """The environment of a child or a worker: the demo project on the chosen services."""
     env = dict(os.environ, EXAMPLE_VAR_DIR=cfg["var_dir"], DJANGO_SETTINGS_MODULE="example_project.settings")
-    for name, value in (("DATABASE_URL", cfg["database_url"]), ("CELERY_BROKER_URL", cfg["broker_url"]), ("PGOPTIONS", cfg["pgoptions"])):
+    for name, value in (
+        ("DATABASE_URL", cfg["database_url"]), ("CELERY_BROKER_URL", cfg["broker_url"]), ("PGOPTIONS", cfg["pgoptions"])
+    ):
         if value:
             env[name] = value
         else:
@@ -231,8 +233,10 @@ def run(options):
     jit = recreate_database(options.database_url)
     purge_broker(options.broker_url)
     try:
-        print(f"Parallel Resource List build benchmark: {n:,} resources  (Python {sys.version.split()[0]}, {os.cpu_count()} CPUs)")
-        print(f"PostgreSQL {options.database_url.rsplit('@', 1)[-1]} (jit={'off, set by --pg-jit off' if pgoptions else jit + ', the server setting'}), "
+        print(f"Parallel Resource List build benchmark: {n:,} resources  "
+              f"(Python {sys.version.split()[0]}, {os.cpu_count()} CPUs)")
+        print(f"PostgreSQL {options.database_url.rsplit('@', 1)[-1]} "
+              f"(jit={'off, set by --pg-jit off' if pgoptions else jit + ', the server setting'}), "
               f"Redis {options.broker_url}; documents in {var_dir}")
         progress(f"seeding {n:,} rows into PostgreSQL")
         seeded = run_child("seed", var_dir, pg, n)
@@ -262,9 +266,11 @@ def run(options):
         print(line("PostgreSQL, in process", n, in_process))
         print(line("SQLite, in process", n, sqlite))
         print()
-        print(f"Medians of {options.repeat} run(s): 1 worker {median[1]['seconds']:.2f} s, 2 workers {median[2]['seconds']:.2f} s")
+        print(f"Medians of {options.repeat} run(s): 1 worker {median[1]['seconds']:.2f} s, "
+              f"2 workers {median[2]['seconds']:.2f} s")
         speedup = median[1]["seconds"] / median[2]["seconds"]
-        print(f"  2 workers / 1 worker: {speedup:.2f}x as fast  (target >= {TARGET_SPEEDUP}x: {'met' if speedup >= TARGET_SPEEDUP else 'NOT met'})")
+        print(f"  2 workers / 1 worker: {speedup:.2f}x as fast  "
+              f"(target >= {TARGET_SPEEDUP}x: {'met' if speedup >= TARGET_SPEEDUP else 'NOT met'})")
         print(f"  best runs: {min(r['seconds'] for r in runs[1]) / min(r['seconds'] for r in runs[2]):.2f}x")
         print(f"  SQLite in process / PostgreSQL 1 worker: {median[1]['seconds'] / sqlite['seconds']:.2f}x as fast;  "
               f"/ PostgreSQL 2 workers: {median[2]['seconds'] / sqlite['seconds']:.2f}x;  "

@@ -1,16 +1,19 @@
+from celery.result import EagerResult
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import FieldError, ImproperlyConfigured
-from django.db.models import Count, Q
+from django.core.exceptions import FieldError, ImproperlyConfigured, ValidationError
+from django.db import DatabaseError, transaction
+from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from . import uris
-from .builders import current_build
-from .builders.capabilitylist import DOCUMENT_NAMES
+from . import capabilities, uris
 from .capabilities import CAPABILITY_CHOICES
-from .models import Build, BuildPart, ChangeEvent, ChangeList, Document, Resource, ResourceSet, default_capabilities
+from .models import Build, BuildPart, ChangeEvent, ChangeList, Document, LeftOut, Resource, ResourceSet, default_capabilities
 from .sources import registry
+from .tasks import rebuild_set_task, reconcile_set_task
 
 
 class ResourceSetForm(forms.ModelForm):
@@ -36,12 +39,17 @@ class ResourceSetForm(forms.ModelForm):
         self.fields["source"].choices = [(name, name) for name in registry.names()]
 
     def clean(self):
+        """Run the filter once, so that what the database refuses (a bad regular expression, say)
+        is an error on the field rather than a 500 on save or a failed build later. In a savepoint,
+        so that on PostgreSQL the error does not break the request's transaction. A filter over
+        no rows may not be checked (SQLite): its first build then fails and says why."""
         cleaned = super().clean()
         source, lookups = cleaned.get("source"), cleaned.get("lookups")
         if source in registry and isinstance(lookups, dict):
             try:
-                registry.get(source).queryset(lookups).exists()
-            except (FieldError, ValueError, TypeError, ImproperlyConfigured) as exc:
+                with transaction.atomic():
+                    registry.get(source).queryset(lookups).exists()
+            except (FieldError, ValueError, TypeError, ValidationError, ImproperlyConfigured, DatabaseError) as exc:
                 self.add_error("lookups", _("The source rejects this filter: %(error)s") % {"error": exc})
         return cleaned
 
@@ -49,7 +57,7 @@ class ResourceSetForm(forms.ModelForm):
 @admin.register(ResourceSet)
 class ResourceSetAdmin(admin.ModelAdmin):
     form = ResourceSetForm
-    list_display = ["name", "slug", "source", "enabled", "capability_names", "resource_count", "last_build"]
+    list_display = ["name", "slug", "source", "enabled", "capability_names", "resource_count", "left_out_count", "last_build"]
     list_filter = ["enabled", "source"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
@@ -57,7 +65,23 @@ class ResourceSetAdmin(admin.ModelAdmin):
     actions = ["rebuild", "reconcile"]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(resource_total=Count("resources", distinct=True))
+        # Counted by subqueries: one join of both tables would multiply their rows.
+        resources = Resource.objects.filter(resource_set=OuterRef("pk")).order_by().values("resource_set").annotate(n=Count("pk"))
+        left_out = LeftOut.objects.filter(resource_set=OuterRef("pk")).order_by().values("resource_set").annotate(n=Count("pk"))
+        return super().get_queryset(request).annotate(
+            resource_total=Coalesce(Subquery(resources.values("n")), 0),
+            left_out_total=Coalesce(Subquery(left_out.values("n")), 0),
+        )
+
+    @admin.display(description=_("left out"), ordering="left_out_total")
+    def left_out_count(self, obj):
+        """Objects among the set's items that cannot be published, linked to their reasons."""
+        if not obj.left_out_total:
+            return "0"
+        return format_html(
+            '<a href="{}?resource_set__id__exact={}">{}</a>',
+            reverse("admin:resourcesync_leftout_changelist"), obj.pk, obj.left_out_total
+        )
 
     @admin.display(description=_("capabilities"))
     def capability_names(self, obj):
@@ -77,43 +101,53 @@ class ResourceSetAdmin(admin.ModelAdmin):
         if obj.pk is None:
             return "—"
         rows = [(uris.capability_list_uri(obj), "Capability List", "")]
-        lists = obj.changelists.count()
-        if lists and obj.has_capability("changelist"):
-            events = obj.changes.count()
-            rows.append((uris.document_uri(obj, DOCUMENT_NAMES["changelist"]), "changelist", f"{events} change(s) in {lists} list(s)"))
-        packages = obj.changedump_packages.order_by("-number")
-        if packages and obj.has_capability("changedump"):
-            latest = packages[0]
-            rows.append(
-                (uris.document_uri(obj, DOCUMENT_NAMES["changedump"]), "changedump", f"{len(packages)} package(s), the latest until {latest.until:%Y-%m-%d %H:%M:%S}Z")
-            )
-        for capability, name in DOCUMENT_NAMES.items():
-            build = current_build(obj, capability)
-            if build:
-                rows.append(
-                    (
-                        uris.document_uri(obj, name),
-                        capability,
-                        f"{build.entries} entries in {build.documents} file(s), at {build.at:%Y-%m-%d %H:%M:%S}Z",
-                    )
-                )
+        for capability in capabilities.TABLE:
+            if obj.has_capability(capability.name):
+                described = capability.builder.describe(obj)
+                if described is not None:
+                    rows.append((uris.document_uri(obj, capability.document), capability.name, described))
         return format_html("<ul>{}</ul>", format_html_join("", '<li><a href="{}">{}</a> {}</li>', rows))
 
-    @admin.action(description=_("Rebuild the selected sets now"))
+    @admin.action(description=_("Rebuild the selected sets now"), permissions=["change"])
     def rebuild(self, request, queryset):
-        from .tasks import rebuild_set_task
+        self.send_task(
+            request, queryset, rebuild_set_task,
+            failed=_("Rebuilding “%(set)s” failed: %(error)s"),
+            ran=_("Rebuilt %(n)d set(s)."),
+            queued=_("Rebuild queued for %(n)d set(s)."),
+        )
 
-        for resource_set in queryset:
-            rebuild_set_task.delay(resource_set.pk)
-        self.message_user(request, _("Rebuild queued for %(n)d set(s).") % {"n": queryset.count()}, messages.SUCCESS)
-
-    @admin.action(description=_("Reconcile the selected sets with the site's data"))
+    @admin.action(description=_("Reconcile the selected sets with the site's data"), permissions=["change"])
     def reconcile(self, request, queryset):
-        from .tasks import reconcile_set_task
+        self.send_task(
+            request, queryset, reconcile_set_task,
+            failed=_("Reconciling “%(set)s” failed: %(error)s"),
+            ran=_("Reconciled %(n)d set(s)."),
+            queued=_("Reconcile queued for %(n)d set(s)."),
+        )
 
+    def send_task(self, request, queryset, task, *, failed, ran, queued):
+        """Send ``task`` for each selected set and say what happened. With tasks run in process
+        (``CELERY_TASK_ALWAYS_EAGER``: the demo, the tests) the work is done in this request, so a
+        set that fails (a full disk, a broken filter), like a broker that cannot be reached, is an
+        error message naming the set, never a 500, and the other sets go on."""
+        done = sent = 0
         for resource_set in queryset:
-            reconcile_set_task.delay(resource_set.pk)
-        self.message_user(request, _("Reconcile queued for %(n)d set(s).") % {"n": queryset.count()}, messages.SUCCESS)
+            try:
+                result = task.delay(resource_set.pk)
+                if isinstance(result, EagerResult):
+                    result.get()  # raises the task's error when CELERY_TASK_EAGER_PROPAGATES is off
+            except Exception as exc:
+                self.message_user(request, failed % {"set": resource_set, "error": exc}, messages.ERROR)
+                continue
+            if isinstance(result, EagerResult) or task.app.conf.task_always_eager:
+                done += 1
+            else:
+                sent += 1
+        if done:
+            self.message_user(request, ran % {"n": done}, messages.SUCCESS)
+        if sent:
+            self.message_user(request, queued % {"n": sent}, messages.SUCCESS)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -153,7 +187,9 @@ class BuildPartInline(ReadOnlyInline):
 
 @admin.register(Build)
 class BuildAdmin(ReadOnlyAdmin):
-    list_display = ["pk", "resource_set", "capability", "status", "parts_done", "entries", "documents", "at", "completed", "finished"]
+    list_display = [
+        "pk", "resource_set", "capability", "status", "parts_done", "entries", "documents", "at", "completed", "finished"
+    ]
     list_filter = ["status", "capability", "resource_set"]
     readonly_fields = ["parts_done"]
     inlines = [BuildPartInline, DocumentInline]
@@ -199,3 +235,13 @@ class ChangeEventAdmin(ReadOnlyAdmin):
 class ChangeListAdmin(ReadOnlyAdmin):
     list_display = ["resource_set", "number", "from_time", "until", "entries"]
     list_filter = ["resource_set"]
+
+
+@admin.register(LeftOut)
+class LeftOutAdmin(ReadOnlyAdmin):
+    """Objects among a set's items that could not be published, and why: fix the object (or the
+    source), and the next processing or reconcile publishes it and removes it from this list."""
+
+    list_display = ["object_pk", "resource_set", "reason", "first_seen", "last_seen"]
+    list_filter = ["resource_set"]
+    search_fields = ["object_pk", "reason"]

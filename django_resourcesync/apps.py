@@ -4,10 +4,6 @@ from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
 from django.utils.translation import gettext_lazy as _
 
-# (module, exception) for each RESOURCESYNC["SOURCE_MODULES"] entry that failed to import;
-# reported by the system check resourcesync.E013 instead of breaking start-up.
-source_module_errors = []
-
 
 class ResourceSyncConfig(AppConfig):
     name = "django_resourcesync"
@@ -16,8 +12,16 @@ class ResourceSyncConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from . import checks, signals  # noqa: F401  (registers the system checks and receivers)
-        from .conf import app_settings
+        # Django's app loading: these modules need the models, so they are imported now. They
+        # register the system checks, the receivers, and the tasks (found by name by the layers
+        # below them).
+        from . import checks, signals, tasks  # noqa: F401
+        from .builders import withdrawal  # noqa: F401  (receives signals.resources_left)
+        from .conf import app_settings, source_module_errors
+        from .sources import registry
+        from .tracking import receivers
+
+        self.sources = registry
 
         autodiscover_modules("resourcesync")
         try:
@@ -29,5 +33,5 @@ class ResourceSyncConfig(AppConfig):
                 import_module(module)
             except ImportError as exc:
                 source_module_errors.append((module, exc))
-        signals.connect_tracked_models()
-        signals.connect_celery()
+        receivers.connect_tracked_models()
+        receivers.connect_celery()

@@ -45,7 +45,9 @@ def _statement(model, fields, using):
     quote = connection.ops.quote_name
     target = f"{quote(meta.db_table)} ({', '.join(quote(field.column) for field in columns)})"
     placeholders = f"({', '.join(['%s'] * len(columns))})"
-    converters = tuple((index, convert) for index, convert in enumerate(_converter(field, connection) for field in columns) if convert)
+    converters = tuple(
+        (index, convert) for index, convert in enumerate(_converter(field, connection) for field in columns) if convert
+    )
     per_statement = max(1, min(ROWS_PER_STATEMENT, connection.ops.bulk_batch_size(columns, [None] * ROWS_PER_STATEMENT)))
     return target, placeholders, converters, per_statement
 
@@ -76,7 +78,10 @@ def insert(model, fields, rows, using):
             return
         for start in range(0, len(rows), per_statement):
             batch = rows[start : start + per_statement]
-            cursor.execute(f"INSERT INTO {target} VALUES " + ", ".join([placeholders] * len(batch)), [value for row in batch for value in row])
+            cursor.execute(
+                f"INSERT INTO {target} VALUES " + ", ".join([placeholders] * len(batch)),
+                [value for row in batch for value in row]
+            )
 
 
 def filter_in(queryset, name, values):

@@ -1,4 +1,20 @@
-"""Capability names (spec section 7, ``rs:md/@capability``) and which ones this app builds."""
+"""The capabilities a set can offer (spec section 7, ``rs:md/@capability``): one table.
+
+Each entry says everything the rest of the app needs to know of a capability: its name in the
+documents, the document a Capability List points at, the label people read, the module that
+builds it, whether it is rendered in parts, how it is served and what its documents link to.
+Rebuilds, tasks, the Capability List, the URLs, the views and the admin read this table; adding
+a capability is one entry here and its builder module (see docs/architecture.rst).
+
+A builder module provides ``update(resource_set, *, progress, batch_size, parallel, lock)``,
+which brings the capability's documents up to date and returns the builds it made; a capability
+served ``"live"`` also provides ``serve(resource_set, name)`` (see
+:class:`~django_resourcesync.served.Served`); one built ``in_parts`` provides what
+:mod:`~django_resourcesync.builders.parts` asks of it.
+"""
+
+from dataclasses import dataclass
+from importlib import import_module
 
 from django.utils.translation import gettext_lazy as _
 
@@ -11,10 +27,49 @@ CHANGEDUMP = "changedump"
 RESOURCEDUMP_MANIFEST = "resourcedump-manifest"
 CHANGEDUMP_MANIFEST = "changedump-manifest"
 
-# The capabilities a set can offer, in the order a Capability List names them.
-CAPABILITY_CHOICES = [
-    (RESOURCELIST, _("Resource List")),
-    (CHANGELIST, _("Change List")),
-    (RESOURCEDUMP, _("Resource Dump")),
-    (CHANGEDUMP, _("Change Dump")),
-]
+#: Files in storage written by builds, served as they are.
+STORED = "stored"
+#: Rendered from the database on each request (with conditional GET).
+LIVE = "live"
+
+
+@dataclass(frozen=True)
+class Capability:
+    name: str  #: ``rs:md/@capability``
+    document: str  #: what the Capability List points at, under the set's URL prefix
+    label: str  #: for people (admin, forms)
+    builder_path: str  #: the dotted path of the module that builds it
+    served: str = STORED  #: :data:`STORED` or :data:`LIVE`
+    in_parts: bool = False  #: rendered in parts (by Celery workers when there are some)
+    build_lock: bool = True  #: rebuilt under the set's build lock for it
+    lists_resources: bool = False  #: lists the set's resources: its builds report left-out objects
+
+    @property
+    def builder(self):
+        """The builder module (named by path: the table sits below the modules it names)."""
+        return import_module(self.builder_path)
+
+    @property
+    def folder(self):
+        """The folder of the documents it has besides its main one (``changelist/3.xml``)."""
+        return self.document.removesuffix(".xml")
+
+
+#: In the order a Capability List names them.
+TABLE = (
+    Capability(RESOURCELIST, "resourcelist.xml", _("Resource List"), "django_resourcesync.builders.resourcelist",
+               in_parts=True, lists_resources=True),
+    Capability(CHANGELIST, "changelist.xml", _("Change List"), "django_resourcesync.builders.changelist",
+               served=LIVE, build_lock=False),
+    Capability(RESOURCEDUMP, "resourcedump.xml", _("Resource Dump"), "django_resourcesync.builders.resourcedump",
+               in_parts=True, lists_resources=True),
+    Capability(CHANGEDUMP, "changedump.xml", _("Change Dump"), "django_resourcesync.builders.changedump", served=LIVE),
+)
+BY_NAME = {capability.name: capability for capability in TABLE}
+
+# The capabilities a set can offer, for model and form choices.
+CAPABILITY_CHOICES = [(capability.name, capability.label) for capability in TABLE]
+
+
+def get(name):
+    return BY_NAME[name]

@@ -1,14 +1,19 @@
 """System checks: every misconfiguration a site owner can make, reported with a hint."""
 
+import re
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import FieldError, ImproperlyConfigured
+from django.db import DatabaseError
 from django.http.request import validate_host
 from django.urls import NoReverseMatch, reverse
 
-from .conf import DEFAULTS, app_settings
+from .conf import DEFAULTS, app_settings, source_module_errors
+from .models import ResourceSet
+from .sources import ResourceSource, ViewSource, registry
 
 
 @register(Tags.compatibility)
@@ -16,7 +21,13 @@ def check_settings(app_configs=None, **kwargs):
     errors = []
     user = getattr(settings, "RESOURCESYNC", None)
     if user is not None and not isinstance(user, dict):
-        return [Error("settings.RESOURCESYNC must be a dict.", hint='RESOURCESYNC = {"BASE_URL": "https://…"}', id="resourcesync.E001")]
+        return [
+            Error(
+                "settings.RESOURCESYNC must be a dict.",
+                hint='RESOURCESYNC = {"BASE_URL": "https://…"}',
+                id="resourcesync.E001",
+            )
+        ]
     unknown = app_settings.unknown_keys()
     if unknown:
         errors.append(
@@ -49,7 +60,8 @@ def check_settings(app_configs=None, **kwargs):
         errors.append(
             Error(
                 f"The host of RESOURCESYNC['BASE_URL'] ({parts.hostname}) is not in ALLOWED_HOSTS.",
-                hint="Pages the app renders to hash them (ViewSource) would answer 400 and be left out; add the host to ALLOWED_HOSTS.",
+                hint="Pages the app renders to hash them (ViewSource) would answer 400 and be left out; "
+                "add the host to ALLOWED_HOSTS.",
                 id="resourcesync.E016",
             )
         )
@@ -65,7 +77,13 @@ def check_settings(app_configs=None, **kwargs):
     for key in ("MAX_ENTRIES_PER_DOCUMENT", "MAX_DOCUMENT_BYTES", "BATCH_SIZE", "DUMP_PACKAGE_BYTES", "BUILD_LOCK_TIMEOUT"):
         value = getattr(app_settings, key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            errors.append(Error(f"RESOURCESYNC['{key}'] must be a positive integer.", hint=f"Default: {DEFAULTS[key]}.", id="resourcesync.E006"))
+            errors.append(
+                Error(
+                    f"RESOURCESYNC['{key}'] must be a positive integer.",
+                    hint=f"Default: {DEFAULTS[key]}.",
+                    id="resourcesync.E006",
+                )
+            )
     if isinstance(app_settings.MAX_ENTRIES_PER_DOCUMENT, int) and app_settings.MAX_ENTRIES_PER_DOCUMENT > 50_000:
         errors.append(
             Error(
@@ -91,9 +109,16 @@ def check_settings(app_configs=None, **kwargs):
                 id="resourcesync.E019",
             )
         )
-    keep = app_settings.KEEP_BUILDS
-    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 0:
-        errors.append(Error("RESOURCESYNC['KEEP_BUILDS'] must be 0 or more.", hint="Default: 1.", id="resourcesync.E009"))
+    for key in ("KEEP_BUILDS", "SWEEP_GRACE_SECONDS"):
+        value = getattr(app_settings, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            errors.append(
+                Error(
+                    f"RESOURCESYNC['{key}'] must be 0 or more.",
+                    hint=f"Default: {DEFAULTS[key]}.",
+                    id="resourcesync.E009",
+                )
+            )
     if not isinstance(app_settings.BACKGROUND_DISPATCH, bool):
         errors.append(
             Error(
@@ -103,7 +128,9 @@ def check_settings(app_configs=None, **kwargs):
             )
         )
     period = app_settings.CHANGELIST_PERIOD
-    if not (period in ("hourly", "daily", "weekly") or (isinstance(period, int) and not isinstance(period, bool) and period >= 1)):
+    if not (
+        period in ("hourly", "daily", "weekly") or (isinstance(period, int) and not isinstance(period, bool) and period >= 1)
+    ):
         errors.append(
             Error(
                 f"RESOURCESYNC['CHANGELIST_PERIOD'] = {period!r} is not a period.",
@@ -118,6 +145,18 @@ def check_settings(app_configs=None, **kwargs):
                 f"RESOURCESYNC['CHANGELIST_RETENTION'] = {retention!r} is not a number of seconds.",
                 hint="Use a positive number of seconds (30 days: 2592000), or None to keep closed Change Lists forever.",
                 id="resourcesync.E015",
+            )
+        )
+    schemes = app_settings.LINK_SCHEMES
+    # A string would be read letter by letter; "https:" is not a scheme name.
+    if not isinstance(schemes, (list, tuple)) or not all(
+        isinstance(s, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", s) for s in schemes
+    ):
+        errors.append(
+            Error(
+                f"RESOURCESYNC['LINK_SCHEMES'] = {schemes!r} is not a list or tuple of URI schemes.",
+                hint='Give scheme names without the colon, e.g. ("http", "https", "urn"); links with other schemes are left out.',
+                id="resourcesync.E021",
             )
         )
     try:
@@ -150,12 +189,6 @@ def check_sets(app_configs=None, databases=None, **kwargs):
     not errors: such a set publishes nothing until it is fixed in the admin, but it must not stop
     ``migrate``.
     """
-    from django.core.exceptions import FieldError
-    from django.db import DatabaseError
-
-    from .models import ResourceSet
-    from .sources import registry
-
     errors = []
     if not databases:
         return errors
@@ -168,7 +201,8 @@ def check_sets(app_configs=None, databases=None, **kwargs):
             errors.append(
                 Warning(
                     f"Resource set {resource_set.slug!r} names the source {resource_set.source!r}, which is not registered.",
-                    hint=f"Registered sources: {', '.join(registry.names()) or 'none'}. Register it, or edit the set in the admin.",
+                    hint=f"Registered sources: {', '.join(registry.names()) or 'none'}. "
+                    "Register it, or edit the set in the admin.",
                     obj=resource_set,
                     id="resourcesync.W003",
                 )
@@ -185,14 +219,23 @@ def check_sets(app_configs=None, databases=None, **kwargs):
                     id="resourcesync.W004",
                 )
             )
+            continue
+        if resource_set.base_url and app_settings.BASE_URL and resource_set.base_url != app_settings.BASE_URL:
+            errors.append(
+                Warning(
+                    f"Resource set {resource_set.slug!r} was recorded with the base URL {resource_set.base_url}, "
+                    f"not RESOURCESYNC['BASE_URL'] = {app_settings.BASE_URL}: its documents list the old URIs.",
+                    hint="Run `manage.py resourcesync_rebuild`: it renders every entry again under the new base (changes "
+                    "that reach the set meanwhile are listed under it already).",
+                    obj=resource_set,
+                    id="resourcesync.W006",
+                )
+            )
     return errors
 
 
 @register(Tags.compatibility)
 def check_sources(app_configs=None, **kwargs):
-    from .apps import source_module_errors
-    from .sources import registry
-
     errors = [
         Error(
             f"RESOURCESYNC['SOURCE_MODULES'] names {module!r}, which cannot be imported: {exc}",
@@ -218,10 +261,6 @@ def check_sources(app_configs=None, **kwargs):
 def _related_lookup_errors(registry):
     """``related_models = {Model: "lookup"}`` whose lookup does not lead from the source's
     objects to that model."""
-    from collections.abc import Mapping
-
-    from django.core.exceptions import FieldError
-
     errors = []
     for source in registry.sources():
         if not isinstance(source.related_models, Mapping):
@@ -245,10 +284,6 @@ def _related_lookup_errors(registry):
 def _fingerprint_field_errors(registry):
     """``fingerprint_fields`` that a ``values_list()`` of the source's objects cannot read, and
     a ``fingerprint()`` written in vain beside them."""
-    from django.core.exceptions import FieldError
-
-    from .sources import ResourceSource, ViewSource
-
     errors = []
     for source in registry.sources():
         fields = source.fingerprint_fields

@@ -33,7 +33,7 @@ DEFAULTS = {
     # Rows fetched per database round trip in builds and scans.
     "BATCH_SIZE": 5_000,
     # Hand the pending changes of autocommit saves, and the queueing of their processing, to a
-    # thread of the process (see django_resourcesync.outbox); off: each save does both itself.
+    # thread of the process (see django_resourcesync.tracking.outbox); off: each save does both itself.
     "BACKGROUND_DISPATCH": True,
     # Builds of each capability kept in storage after they are replaced, so that a Destination
     # that fetched an index just before a switch-over can still fetch its parts.
@@ -44,6 +44,9 @@ DEFAULTS = {
     # Times the task of one part of a parallel build may start (a retry after an error, or a
     # redelivery after its worker died) before the build is failed.
     "PART_ATTEMPTS": 3,
+    # Seconds a stored file that no record refers to is left alone before the storage sweep
+    # deletes it (a file being written now is recorded once it is whole).
+    "SWEEP_GRACE_SECONDS": 3600,
     # Serve documents by redirecting to the storage URL instead of streaming them through Django.
     "SERVE_BY_REDIRECT": False,
     # When an open Change List closes: "hourly", "daily", "weekly" or a number of seconds
@@ -53,10 +56,18 @@ DEFAULTS = {
     "CHANGELIST_RETENTION": 30 * 86400,
     # URI of a document describing the Source as a whole (Source Description rs:ln describedby).
     "SOURCE_DESCRIBEDBY": None,
+    # URI schemes an rs:ln href or profile may have; a link to any other (javascript:, data:,
+    # file:) is not published. Add "urn", "ftp"... for links the site means to publish.
+    "LINK_SCHEMES": ("http", "https"),
     # Modules (import strings) that register resource sources, besides the autodiscovered
     # ``resourcesync`` module of every installed app.
     "SOURCE_MODULES": [],
 }
+
+# (module, exception) for each RESOURCESYNC["SOURCE_MODULES"] entry that failed to import (in
+# AppConfig.ready); reported by the system check resourcesync.E013 instead of breaking start-up.
+source_module_errors = []
+
 
 class AppSettings:
     """Attribute access to ``settings.RESOURCESYNC`` with defaults."""

@@ -1,3 +1,4 @@
+from django.apps import apps
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
@@ -35,13 +36,18 @@ class ResourceSet(models.Model):
         help_text=_('Queryset lookups narrowing the source\'s items, e.g. {"collection__slug": "theses"}.'),
     )
     describedby = models.URLField(
-        _("description URL"), max_length=2048, blank=True, help_text=_("A document describing this set (rs:ln rel=\"describedby\").")
+        _("description URL"), max_length=2048, blank=True,
+        help_text=_("A document describing this set (rs:ln rel=\"describedby\").")
     )
     capabilities = models.JSONField(
         _("capabilities"), default=default_capabilities, blank=True, validators=[validate_capabilities]
     )
     enabled = models.BooleanField(_("enabled"), default=True)
     position = models.PositiveIntegerField(_("position"), default=0, help_text=_("Order in the Source Description."))
+    base_url = models.CharField(
+        _("base URL of the record"), max_length=2048, blank=True, editable=False,
+        help_text=_("RESOURCESYNC['BASE_URL'] when the set's record was written; a change re-renders every entry."),
+    )
     created = models.DateTimeField(_("created"), auto_now_add=True)
     modified = models.DateTimeField(_("modified"), auto_now=True)
 
@@ -54,9 +60,9 @@ class ResourceSet(models.Model):
         return self.name
 
     def get_source(self):
-        from .sources import registry
-
-        return registry.get(self.source)
+        """The registered source this set publishes from (the app's registry, set up when the
+        app is ready: the sources module sits above the models)."""
+        return apps.get_app_config("resourcesync").sources.get(self.source)
 
     def has_capability(self, capability):
         return capability in (self.capabilities or [])
@@ -203,7 +209,9 @@ class Build(models.Model):
     entries = models.PositiveBigIntegerField(default=0)
     documents = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
-    report = models.JSONField(default=dict, blank=True, help_text=_("What the build noticed: files changed since hashed, missing, …"))
+    report = models.JSONField(
+        default=dict, blank=True, help_text=_("What the build noticed: files changed since hashed, missing, …")
+    )
     parts_planned = models.PositiveIntegerField(
         null=True, blank=True, help_text=_("How many parts the build has, once they are all planned; empty while planning.")
     )
@@ -235,6 +243,10 @@ class Document(models.Model):
     at = models.DateTimeField(null=True, blank=True)
     completed = models.DateTimeField(null=True, blank=True)
     written = models.DateTimeField(default=timezone.now)
+    withdrawn = models.DateTimeField(
+        null=True, blank=True,
+        help_text=_("When its file was withdrawn (it held the bytes of an object that is no longer public).")
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["build", "name"], name="resourcesync_document_name")]
@@ -263,6 +275,11 @@ class ChangeDumpPackage(models.Model):
     manifest_size = models.PositiveBigIntegerField(default=0)
     manifest_sha256 = models.CharField(max_length=64)
     written = models.DateTimeField(default=timezone.now)
+    withdrawn = models.DateTimeField(
+        null=True, blank=True,
+        help_text=_("When its files were withdrawn (they held the bytes of an object that is no longer public); "
+                    "it is packed again."),
+    )
 
     class Meta:
         ordering = ["resource_set", "number"]
@@ -284,6 +301,8 @@ class BuildLock(models.Model):
     capability = models.CharField(max_length=32)
     holder = models.CharField(max_length=64)
     expires = models.DateTimeField()
+    host = models.CharField(max_length=255, blank=True, help_text=_("The machine of the process that holds it."))
+    pid = models.PositiveIntegerField(null=True, blank=True, help_text=_("The process that holds it, while a process does."))
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["resource_set", "capability"], name="resourcesync_one_build_lock")]
@@ -304,11 +323,15 @@ class BuildPart(models.Model):
     number = models.PositiveIntegerField()
     after_pk = models.BigIntegerField()
     last_pk = models.BigIntegerField()
-    documents = models.PositiveIntegerField(default=0, help_text=_("Documents rendered from its rows (more than one past the byte limit)."))
+    documents = models.PositiveIntegerField(
+        default=0, help_text=_("Documents rendered from its rows (more than one past the byte limit).")
+    )
     entries = models.PositiveBigIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0, help_text=_("Times a task started rendering it."))
     done = models.DateTimeField(null=True, blank=True)
-    report = models.JSONField(default=dict, blank=True, help_text=_("What rendering it noticed (a dump's part: files changed since hashed, …)."))
+    report = models.JSONField(
+        default=dict, blank=True, help_text=_("What rendering it noticed (a dump's part: files changed since hashed, …).")
+    )
 
     class Meta:
         ordering = ["build", "number"]
@@ -318,3 +341,67 @@ class BuildPart(models.Model):
 
     def __str__(self):
         return f"{self.build} part {self.number}"
+
+
+class LeftOut(models.Model):
+    """An object among a set's items that could not be published: its entry could not be made
+    (its URL cannot be reversed, its file is missing, its page does not answer 200, …). It is
+    listed nowhere, reported in the builds and the admin, and removed once it publishes again
+    or leaves the set."""
+
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="left_out", db_index=False)
+    object_pk = models.CharField(max_length=64)
+    reason = models.TextField()
+    first_seen = models.DateTimeField(default=timezone.now)
+    last_seen = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["resource_set", "object_pk"]
+        constraints = [models.UniqueConstraint(fields=["resource_set", "object_pk"], name="resourcesync_left_out_object")]
+        verbose_name = _("left-out object")
+        verbose_name_plural = _("left-out objects")
+
+    def __str__(self):
+        return f"{self.resource_set.slug} {self.object_pk}: {self.reason[:80]}"
+
+
+class Withdrawal(models.Model):
+    """A resource that left a set (deleted, made private, filtered out): every package that
+    holds its bytes stops being served. ``resource_id`` is the key its record had, which the
+    parts of Resource Dump builds are ranges of; builds running meanwhile check these rows
+    before they publish."""
+
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="+", db_index=False)
+    object_pk = models.CharField(max_length=64)
+    resource_id = models.BigIntegerField()
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["resource_set", "at"], name="resourcesync_withdrawal_at")]
+        verbose_name = _("withdrawal")
+        verbose_name_plural = _("withdrawals")
+
+    @classmethod
+    def since(cls, resource_set, moment):
+        """``[(object_pk, record id)]`` of the set's withdrawals at or after ``moment``."""
+        return list(cls.objects.filter(resource_set=resource_set, at__gte=moment).values_list("object_pk", "resource_id"))
+
+
+class SourceState(models.Model):
+    """One row: what the Source as a whole needs to remember (the Source Description's
+    Last-Modified, which must not go backwards when a set is deleted)."""
+
+    changed = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = _("source state")
+
+    @classmethod
+    def touch(cls, moment=None):
+        moment = moment or timezone.now()
+        if not cls.objects.filter(pk=1).update(changed=moment):
+            cls.objects.get_or_create(pk=1, defaults={"changed": moment})
+
+    @classmethod
+    def changed_at(cls):
+        return cls.objects.filter(pk=1).values_list("changed", flat=True).first()

@@ -38,13 +38,33 @@ _MAX_SEGMENT = 120
 class MemberNames:
     """Safe, unique member names for the bitstreams of one package.
 
-    A name is built from the resource's URI (``resources/<host>/<path segments>``); a name that
-    is taken, or that would need a folder where a file already is (``/about`` and
-    ``/about/team``), gets a ``~N`` suffix on the clashing segment.
+    A name is built from the resource's URI (``resources/<host>/<path segments>``) and must
+    unpack to a file of its own on every file system, Windows and macOS included:
+
+    * names are compared regardless of case (those file systems do), so ``/A.txt`` and
+      ``/a.txt`` do not unpack into one file;
+    * a name that is taken, or that would need a folder where a file already is (``/about``
+      and ``/about/team``), gets a ``~N`` suffix on the clashing segment (``a~2.txt``);
+    * a segment that Windows takes for a device (``CON``, ``PRN``, ``AUX``, ``NUL``,
+      ``COM0``-``COM9``, ``LPT0``-``LPT9``, ``CONIN$``, ``CONOUT$``, in any case and with any
+      extension: ``aux.txt``, ``Con``) gets a ``_`` in front (``_aux.txt``);
+    * trailing dots of a segment, which Windows drops (``name.`` would be ``name``), become
+      ``_`` (``name_``).
     """
 
+    _RESERVED = frozenset(
+        {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$", *(f"{d}{n}" for d in ("COM", "LPT") for n in range(10))}
+    )
+    _TRAILING = re.compile(r"[. ]+$")
+
     def __init__(self):
-        self.files, self.folders = set(), set()
+        self.files, self.folders = set(), set()  # lowercased
+
+    @classmethod
+    def _portable(cls, segment):
+        """``segment`` as Windows can store it (the characters are safe already)."""
+        segment = cls._TRAILING.sub(lambda m: "_" * len(m.group()), segment)
+        return "_" + segment if segment.split(".", 1)[0].upper() in cls._RESERVED else segment
 
     def name(self, uri):
         parts = urlsplit(uri)
@@ -52,7 +72,7 @@ class MemberNames:
         if parts.query:
             segments[-1] = f"{segments[-1]}_{parts.query}"
         cleaned = [
-            segment
+            self._portable(segment)
             for segment in (_UNSAFE.sub("_", segment)[:_MAX_SEGMENT] for segment in segments)
             if segment not in ("", ".", "..")
         ]
@@ -61,25 +81,25 @@ class MemberNames:
         segments = ["resources", *cleaned]
         for depth in range(2, len(segments)):  # each folder on the way must not be a file
             folder = "/".join(segments[:depth])
-            if folder in self.files:
+            if folder.lower() in self.files:
                 segments[depth - 1] = self._free(segments[:depth], self.files | self.folders)
         name = "/".join(segments)
-        if name in self.files or name in self.folders or name.lower() == MANIFEST:
+        if name.lower() in self.files or name.lower() in self.folders or name.lower() == MANIFEST:
             segments[-1] = self._free(segments, self.files | self.folders)
             name = "/".join(segments)
-        self.files.add(name)
-        self.folders.update("/".join(segments[:depth]) for depth in range(1, len(segments)))
+        self.files.add(name.lower())
+        self.folders.update("/".join(segments[:depth]).lower() for depth in range(1, len(segments)))
         return name
 
     @staticmethod
     def _free(segments, used):
-        """A variant of the last of ``segments`` that makes a name not in ``used``."""
+        """A variant of the last of ``segments`` that makes a name not in ``used`` (lowercased)."""
         base = segments[-1]
         stem, dot, extension = base.rpartition(".") if "." in base[1:] else (base, "", "")
         number = 2
         while True:
             candidate = f"{stem}~{number}{dot}{extension}"
-            if "/".join([*segments[:-1], candidate]) not in used:
+            if "/".join([*segments[:-1], candidate]).lower() not in used:
                 return candidate
             number += 1
 
@@ -231,10 +251,13 @@ class PackageWriter:
         return self._sink.digests.hexdigests()["sha256"], self._sink.length
 
     def abort(self):
+        """Throw the package away: whatever fails on the way (a full disk fails every write and
+        close), the file written so far is deleted."""
         try:
-            self._zip.close()
-        except Exception:  # the package is being thrown away anyway
-            pass
-        self._raw.close()
-        self._sink.digests.hexdigests()  # stops its thread
-        storage.delete_quietly([self.name])
+            for step in (self._zip.close, self._raw.close, self._sink.digests.hexdigests):  # the last stops its thread
+                try:
+                    step()
+                except Exception:  # the package is being thrown away anyway
+                    pass
+        finally:
+            storage.delete_quietly([self.name])

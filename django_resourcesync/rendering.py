@@ -10,7 +10,7 @@ from django.test.client import RequestFactory
 from django.urls import set_urlconf
 
 from .conf import app_settings
-from .sources import UnpublishableResource
+from .exceptions import UnpublishableResource
 
 _local = threading.local()
 _middleware_generation = [0]
@@ -44,7 +44,7 @@ def render_location(location):
     The request passes through the middleware and URLconf as an anonymous visitor's would (no
     cookies: no session, no CSRF cookie), with the host and scheme of ``BASE_URL``. Returns
     ``(body, content_type)`` for a 200 answer; raises
-    :class:`~django_resourcesync.sources.UnpublishableResource` for any other.
+    :class:`~django_resourcesync.exceptions.UnpublishableResource` for any other.
 
     The handler is called directly, as a WSGI server's would be, but without the request
     signals: their receivers close the database connections of the thread between requests,

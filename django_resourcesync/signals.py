@@ -1,19 +1,20 @@
-"""Receivers the app connects in ``AppConfig.ready()``.
+"""The app's own signal, and the receivers that keep storage in step with its records.
 
-Change tracking listens to ``post_save`` and ``post_delete`` of every model a registered source
-tracks (its items' model and its ``related_models``). A handler does one cheap thing inside the
-saving transaction: it records the object as a pending change (see :mod:`.outbox`); the
-comparison, hashing and change events happen after the commit, off the request (see
-:mod:`.tracking`).
+Files leave storage when the rows that record them are deleted, once the deletion commits. The
+receivers of change tracking are in :mod:`.tracking.receivers`.
 """
 
 from django.db import transaction
-from django.db.models.signals import post_delete, post_save
-from django.dispatch import receiver
+from django.db.models.signals import post_delete
+from django.dispatch import Signal, receiver
 
-from . import outbox, storage, tracking
-from .models import ChangeDumpPackage, ChangeList, Document
-from .sources import registry
+from . import storage
+from .models import ChangeDumpPackage, ChangeList, Document, ResourceSet, SourceState
+
+#: Sent by change tracking, in the transaction that records it, when resources leave a set
+#: (deleted, made private, filtered out): ``resource_set``, and ``leaving``, ``{object_pk: record
+#: id}``. Whatever holds their bytes must stop serving them (see builders.withdrawal).
+resources_left = Signal()
 
 
 @receiver(post_delete, sender=Document, dispatch_uid="resourcesync_document_file")
@@ -37,42 +38,7 @@ def delete_changedump_files(sender, instance, **kwargs):
     transaction.on_commit(lambda: storage.delete_quietly(names), using=kwargs.get("using"))
 
 
-def object_changed(sender, instance, raw=False, using=None, signal=None, **kwargs):
-    """A tracked object was saved or deleted: record it as a pending change of each source it
-    concerns. A related object is recorded as such (the source's objects it affects are looked
-    up after the commit), except when it is deleted: then they are looked up now."""
-    if not tracking.is_enabled() or getattr(instance, "_resourcesync_skip", False):
-        return
-    rows = []
-    for source in registry.sources_tracking(sender):
-        related = source.related_label(sender)
-        if not related:
-            rows.append((source.name, str(instance.pk), ""))
-        elif raw:
-            continue  # fixture loading: related objects may not be there yet; reconcile covers it
-        elif signal is post_delete:
-            rows.extend((source.name, str(key), "") for key in source.affected(instance))
-        else:
-            rows.append((source.name, str(instance.pk), related))
-    outbox.record(rows, using=using, saved=True)
-
-
-def connect_tracked_models():
-    """Listen to the models of every registered source (idempotent)."""
-    models = {model for source in registry.sources() for model in source.tracked_models()}
-    for model in models:
-        uid = f"resourcesync_track_{model._meta.label_lower}"
-        post_save.connect(object_changed, sender=model, dispatch_uid=uid + "_save")
-        post_delete.connect(object_changed, sender=model, dispatch_uid=uid + "_delete")
-
-
-def flush_after_task(**kwargs):
-    """A Celery task that saved tracked objects hands their pending changes over before the
-    worker takes the next task (or exits)."""
-    outbox.dispatcher.flush()
-
-
-def connect_celery():
-    from celery.signals import task_postrun
-
-    task_postrun.connect(flush_after_task, dispatch_uid="resourcesync_flush_pending_changes", weak=False)
+@receiver(post_delete, sender=ResourceSet, dispatch_uid="resourcesync_set_deleted")
+def set_deleted(sender, instance, **kwargs):
+    """The Source Description changes when a set goes: its date must not go back with it."""
+    SourceState.touch()

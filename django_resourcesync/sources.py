@@ -22,182 +22,27 @@ import hashlib
 import logging
 import mimetypes
 import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import cached_property
-from urllib.parse import quote, urlsplit, urlunsplit
 
 from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
 from django.db import models
 
 from . import bulk
-from .conf import app_settings
+from .entries import CHANGEFREQS, Entry, Representation, clean_link, clean_links, normalise_media_type
+from .exceptions import AlreadyRegistered, NotRegistered, UnpublishableResource
+from .rendering import render_location
+from .uris import absolute_uri, encode_uri
+
+# Kept importable from here, the publishing API's module, for sites and their tests.
+__all__ = [
+    "AlreadyRegistered", "Entry", "NotRegistered", "Representation", "ResourceSource", "SourceRegistry", "UnpublishableResource",
+    "ViewSource", "absolute_uri", "clean_link", "clean_links", "encode_uri", "normalise_media_type", "register", "registry",
+]
 
 logger = logging.getLogger(__name__)
 
 READ_CHUNK = 1024 * 1024
-
-# The ResourceSync schema types rs:md/@type and rs:ln/@type with the pattern [\w-]+/[\w-]+, in
-# which \w leaves out punctuation such as "." and "_". Media types outside it are not published.
-MEDIA_TYPE_RE = re.compile(r"^[A-Za-z0-9+-]+/[A-Za-z0-9+-]+$")
-REL_RE = re.compile(r"^[a-z][a-z0-9.-]*$")
-URI_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-LINK_ATTRIBUTES = ("rel", "href", "type", "length", "hash", "modified", "pri", "encoding", "profile", "path")
-CHANGEFREQS = {"always", "hourly", "daily", "weekly", "monthly", "yearly", "never"}
-MAX_URI_LENGTH = 2048
-MIN_URI_LENGTH = 12
-
-
-class AlreadyRegistered(ImproperlyConfigured):
-    pass
-
-
-class NotRegistered(KeyError):
-    pass
-
-
-class UnpublishableResource(ValueError):
-    """An object whose entry cannot be published (its URI is too long, say)."""
-
-
-def absolute_uri(location):
-    """Make ``location`` (a path or an absolute IRI) an absolute, percent-encoded URI."""
-    location = str(location)
-    if not URI_SCHEME_RE.match(location):
-        if not location.startswith("/"):
-            location = "/" + location
-        base = app_settings.BASE_URL
-        if not base:
-            raise ImproperlyConfigured("RESOURCESYNC['BASE_URL'] is not set.")
-        location = base + location
-    uri = encode_uri(location)
-    if not (MIN_URI_LENGTH <= len(uri) <= MAX_URI_LENGTH):
-        raise UnpublishableResource(f"URI length {len(uri)} is outside {MIN_URI_LENGTH}..{MAX_URI_LENGTH}: {uri[:80]}")
-    return uri
-
-
-_STRAY_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
-# Scheme, host and a path, query and fragment of unreserved and sub-delimiter characters and
-# well-formed escapes only: such a URI is what encode_uri would make of it.
-_PLAIN_URI = re.compile(r"^[a-z][a-z0-9+.-]*://[A-Za-z0-9.-]+(?::\d+)?(?:/(?:[A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*)?(?:\?(?:[A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?$")
-_PATH_SAFE = "/!$&'()*+,;=:@%"
-_QUERY_SAFE = _PATH_SAFE + "?"
-
-
-def _quote(part, safe):
-    return quote(_STRAY_PERCENT.sub("%25", part), safe=safe, errors="surrogatepass")
-
-
-def encode_uri(iri):
-    """Percent-encode an IRI into an RFC 3986 URI that ``xs:anyURI`` accepts.
-
-    Non-ASCII characters become UTF-8 escapes (IDNA for host names), spaces, control characters
-    and characters not allowed in each component are escaped, and existing ``%XX`` escapes are
-    kept, so the result is plain ASCII that an XML document can always carry.
-    """
-    if _PLAIN_URI.match(iri):
-        return iri  # already a plain URI: nothing to encode (the common case, and the fast one)
-    parts = urlsplit(iri.strip())
-    netloc = parts.netloc
-    if netloc and not netloc.isascii():
-        userinfo, _, hostport = netloc.rpartition("@")
-        host, colon, port = hostport.partition(":")
-        try:
-            host = host.encode("idna").decode("ascii")
-        except UnicodeError:
-            host = _quote(host, "")
-        netloc = (f"{_quote(userinfo, ':')}@" if userinfo else "") + host + colon + port
-    return urlunsplit(
-        (
-            parts.scheme.lower(),
-            _quote(netloc, "@:[]!$&'()*+,;="),
-            _quote(parts.path, _PATH_SAFE),
-            _quote(parts.query, _QUERY_SAFE),
-            _quote(parts.fragment, _QUERY_SAFE),
-        )
-    )
-
-
-def normalise_media_type(value):
-    """``text/html; charset=utf-8`` -> ``text/html``; ``None`` for what the schema cannot carry."""
-    if not value:
-        return None
-    value = str(value).split(";", 1)[0].strip().lower()
-    return value if MEDIA_TYPE_RE.match(value) else None
-
-
-@dataclass(frozen=True)
-class Representation:
-    """What a resource's bytes are: digests, length and media type."""
-
-    md5: str
-    sha256: str
-    length: int
-    media_type: str | None = None
-
-    @classmethod
-    def of_chunks(cls, chunks, media_type=None):
-        md5, sha256, length = hashlib.md5(), hashlib.sha256(), 0
-        for chunk in chunks:
-            md5.update(chunk)
-            sha256.update(chunk)
-            length += len(chunk)
-        return cls(md5.hexdigest(), sha256.hexdigest(), length, normalise_media_type(media_type))
-
-
-@dataclass
-class Entry:
-    """Everything a Resource List says about one resource."""
-
-    uri: str
-    lastmod: object = None  # aware datetime or None
-    md5: str = ""
-    sha256: str = ""
-    length: int | None = None
-    media_type: str | None = None
-    changefreq: str | None = None
-    links: list = field(default_factory=list)
-
-
-def clean_link(link):
-    """Keep the attributes of an ``rs:ln`` dict that the schema accepts; ``None`` if unusable."""
-    rel, href = link.get("rel"), link.get("href")
-    if not rel or not href:
-        return None
-    rel = str(rel)
-    if not REL_RE.match(rel) and not URI_SCHEME_RE.match(rel):
-        return None
-    try:
-        cleaned = {"rel": rel, "href": absolute_uri(href)}
-    except UnpublishableResource:
-        return None
-    for key in LINK_ATTRIBUTES[2:]:
-        value = link.get(key)
-        if value is None or value == "":
-            continue
-        if key == "type":
-            value = normalise_media_type(value)
-        elif key in ("length", "pri"):
-            try:
-                value = int(value)
-            except (TypeError, ValueError):
-                value = None
-            if value is not None and (value < 0 or (key == "pri" and not 1 <= value <= 999_999)):
-                value = None
-        elif key == "modified":
-            from .xml.writer import w3c_datetime
-
-            value = w3c_datetime(value)
-        elif key == "profile":
-            value = encode_uri(str(value))
-        elif key == "path":
-            value = str(value) if str(value).startswith("/") and not str(value).endswith("/") else None
-        else:
-            value = str(value)
-        if value is not None:
-            cleaned[key] = value
-    return cleaned
 
 
 class ResourceSource:
@@ -490,8 +335,6 @@ class ViewSource(ResourceSource):
         return super().fingerprint(obj) if self.fingerprint_fields else None
 
     def content(self, obj):
-        from .rendering import render_location
-
         return render_location(self._get("location", obj))
 
 

@@ -25,6 +25,17 @@ def save(name, fileobj):
     return get_storage().save(name, File(fileobj, name=posixpath.basename(name)))
 
 
+def save_or_remove(name, fileobj):
+    """:func:`save`, and should it fail (a full disk, a storage error), remove whatever part of
+    the file was written before the error is raised: a failed write leaves nothing behind."""
+    name = get_storage().get_available_name(name)  # the name it will have: the one to remove
+    try:
+        return save(name, fileobj)
+    except BaseException:
+        delete_quietly([name])
+        raise
+
+
 def delete_quietly(names):
     """Delete files, logging (not raising) what fails: used to clean up after builds."""
     storage = get_storage()

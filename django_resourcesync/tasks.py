@@ -8,10 +8,13 @@ import logging
 
 from celery import shared_task
 
-from . import tracking
-from .builders import BuildAbandoned, build_lock, changedump, changelist, parts
+from . import capabilities, sweep, tracking
+from .builders import changedump, parts
+from .builders.locks import build_lock
+from .exceptions import BuildAbandoned
 from .models import ResourceSet
 from .rebuild import rebuild_set
+from .tracking.changelog import close_due
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +78,9 @@ def finish_build_task(build_id, holder):
 
 @shared_task(name="resourcesync.rebuild_all")
 def rebuild_all_task(only=None, batch_size=None):
-    """Rebuild every enabled set, one after the other. A set that fails does not stop the others:
-    its failure is logged, recorded on its build, and reported in the summary."""
+    """Rebuild every enabled set, one after the other, then sweep the storage. A set that fails
+    does not stop the others: its failure is logged, recorded on its build, and reported in the
+    summary."""
     summary = []
     for resource_set in ResourceSet.objects.filter(enabled=True):
         try:
@@ -84,7 +88,18 @@ def rebuild_all_task(only=None, batch_size=None):
         except Exception as exc:
             logger.exception("Rebuilding resource set %s failed", resource_set.slug)
             summary.append({"set": resource_set.slug, "status": "failed", "error": str(exc)})
+    try:
+        sweep.sweep()
+    except Exception:  # the builds are published; the next sweep tries again
+        logger.exception("The storage sweep failed")
     return summary
+
+
+@shared_task(name="resourcesync.sweep_storage")
+def sweep_storage_task():
+    """Delete stored files no record refers to (left by killed or failed builds), fail builds
+    whose process is gone (beat: hourly, say)."""
+    return str(sweep.sweep())
 
 
 @shared_task(name="resourcesync.process_changes")
@@ -101,8 +116,7 @@ def reconcile_set_task(set_id):
     if resource_set is None:
         logger.warning("Resource set %s does not exist; nothing reconciled", set_id)
         return None
-    tracking.process_pending([resource_set.source])
-    return str(tracking.reconcile(resource_set))
+    return str(tracking.refresh(resource_set))
 
 
 @shared_task(name="resourcesync.reconcile_all")
@@ -123,7 +137,7 @@ def close_changelists_task():
     """Close open Change Lists whose period is over and drop those past retention (beat: hourly)."""
     for resource_set in ResourceSet.objects.filter(changelists__isnull=False).distinct():
         with tracking.locked(resource_set):
-            changelist.close_due(resource_set)
+            close_due(resource_set)
 
 
 @shared_task(name="resourcesync.package_changes")
@@ -135,10 +149,10 @@ def package_changes_task(set_id=None):
         sets = sets.filter(pk=set_id)
     made = {}
     for resource_set in sets:
-        if resource_set.has_capability("changedump"):
+        if resource_set.has_capability(capabilities.CHANGEDUMP):
             tracking.process_pending([resource_set.source])
             made[resource_set.slug] = []
-            with build_lock(resource_set, "changedump"):
+            with build_lock(resource_set, capabilities.CHANGEDUMP):
                 while (package := changedump.package_changes(resource_set)) is not None:
                     made[resource_set.slug].append(package.number)
     return made

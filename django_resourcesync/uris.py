@@ -1,8 +1,102 @@
-"""Absolute URIs of the documents the Source publishes."""
+"""URIs: percent-encoding what a source gives into RFC 3986 URIs, and the URIs of the documents
+the Source publishes."""
 
+import re
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from django.core.exceptions import ImproperlyConfigured
 from django.urls import reverse
 
 from .conf import app_settings
+from .exceptions import UnpublishableResource
+
+URI_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+MAX_URI_LENGTH = 2048
+MIN_URI_LENGTH = 12
+
+
+def absolute_uri(location):
+    """Make ``location`` (a path or an absolute IRI) an absolute, percent-encoded URI."""
+    location = str(location)
+    if not URI_SCHEME_RE.match(location):
+        if not location.startswith("/"):
+            location = "/" + location
+        base = app_settings.BASE_URL
+        if not base:
+            raise ImproperlyConfigured("RESOURCESYNC['BASE_URL'] is not set.")
+        location = base + location
+    uri = encode_uri(location)
+    if not (MIN_URI_LENGTH <= len(uri) <= MAX_URI_LENGTH):
+        raise UnpublishableResource(f"URI length {len(uri)} is outside {MIN_URI_LENGTH}..{MAX_URI_LENGTH}: {uri[:80]}")
+    if _DOT_SEGMENT.search(urlsplit(uri).path):
+        # Escaped or not, a "." or ".." segment is removed by a client that normalises the URI
+        # (RFC 3986 6.2.2 decodes %2E first; so do browsers): it would fetch another resource.
+        raise UnpublishableResource(f"its path has a '.' or '..' segment, which clients normalise away: {uri[:200]}")
+    return uri
+
+
+_STRAY_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+# Scheme, host and a path, query and fragment of unreserved and sub-delimiter characters and
+# well-formed escapes only: such a URI is what encode_uri would make of it (but for dot segments).
+_PLAIN_URI = re.compile(r"[a-z][a-z0-9+.-]*://[A-Za-z0-9.-]+(?::\d+)?(?:/(?:[A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*)?(?:\?(?:[A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?")
+# A whole path segment "." or "..", either dot possibly written %2E.
+_DOT = r"(?:\.|%2[Ee])"
+_DOT_SEGMENT = re.compile(rf"(?<![^/]){_DOT}{_DOT}?(?![^/])")
+# Space and the ASCII controls, which urlsplit() strips from the ends or drops (tab, CR, LF).
+_SPACE_OR_CONTROL = re.compile("[\x00-\x20\x7f]")
+_PATH_SAFE = "/!$&'()*+,;=:@%"
+_QUERY_SAFE = _PATH_SAFE + "?"
+_USERINFO_SAFE = "!$&'()*+,;=:%"
+_NETLOC_SAFE = _USERINFO_SAFE + "@[]"
+
+
+def _quote(part, safe):
+    return quote(_STRAY_PERCENT.sub("%25", part), safe=safe, errors="surrogatepass")
+
+
+def _escape_dot_segments(path):
+    """``/a/../b`` -> ``/a/%2E%2E/b``. A client that follows RFC 3986 removes dot segments
+    before it fetches (``/a/../b`` is ``/b`` to it), so a resource whose name has one (a file
+    called ``..``) is listed with the dots escaped: then the URI is fetched as it is written,
+    and the site, which decodes ``%2E``, still sees the name."""
+    return _DOT_SEGMENT.sub(lambda m: "%2E" * len(re.findall(_DOT, m.group())), path)
+
+
+def encode_uri(iri):
+    """Percent-encode an IRI into an RFC 3986 URI that ``xs:anyURI`` accepts.
+
+    Non-ASCII characters become UTF-8 escapes (IDNA for host names), spaces, control characters
+    and characters not allowed in each component are escaped, and existing ``%XX`` escapes are
+    kept, so the result is plain ASCII that an XML document can always carry. Nothing is
+    stripped (two names that differ in a trailing space or control character must not share a
+    URI), and dot segments are escaped (see :func:`_escape_dot_segments`): the URI names the
+    resource it was made from, also once a client has normalised it.
+    """
+    if _PLAIN_URI.fullmatch(iri) and not _DOT_SEGMENT.search(iri):
+        return iri  # already a plain URI: nothing to encode (the common case, and the fast one)
+    parts = urlsplit(_SPACE_OR_CONTROL.sub(lambda m: f"%{ord(m.group()):02X}", iri))
+    netloc = parts.netloc
+    if netloc and not netloc.isascii():
+        userinfo, at, hostport = netloc.rpartition("@")
+        host, colon, port = hostport.partition(":")
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            host = _quote(host, "")
+        netloc = _quote(userinfo, _USERINFO_SAFE) + at + host + colon + port
+    return urlunsplit(
+        (
+            parts.scheme.lower(),
+            _quote(netloc, _NETLOC_SAFE),
+            _escape_dot_segments(_quote(parts.path, _PATH_SAFE)),
+            _quote(parts.query, _QUERY_SAFE),
+            _quote(parts.fragment, _QUERY_SAFE),
+        )
+    )
+
+
+
+# -- the Source's own documents ---------------------------------------------------------------
 
 
 def _absolute(path):

@@ -1,17 +1,25 @@
-"""URLs of the Source: include at the site root, ``path("", include("django_resourcesync.urls"))``."""
+"""URLs of the Source: include at the site root, ``path("", include("django_resourcesync.urls"))``.
+
+The documents of a capability served live (see :mod:`.capabilities`) have routes of their own,
+made from the capability table; every other document is a file of a build, found by its name.
+"""
 
 from django.urls import path
 
-from . import views
+from . import capabilities, views
 
 app_name = "resourcesync"
 
 urlpatterns = [
     path(".well-known/resourcesync", views.source_description, name="source-description"),
     path("resourcesync/<slug:slug>/capabilitylist.xml", views.capability_list, name="capability-list"),
-    path("resourcesync/<slug:slug>/changelist.xml", views.changelist, name="changelist", kwargs={"name": "changelist.xml"}),
-    path("resourcesync/<slug:slug>/changelist/<int:number>.xml", views.changelist_part, name="changelist-part"),
-    path("resourcesync/<slug:slug>/changedump.xml", views.changedump_document, kwargs={"name": "changedump.xml"}),
-    path("resourcesync/<slug:slug>/changedump/<str:name>", views.changedump_in_folder),
-    path("resourcesync/<slug:slug>/<path:name>", views.document, name="document"),
 ]
+for capability in capabilities.TABLE:
+    if capability.served == capabilities.LIVE:
+        urlpatterns += [
+            path(f"resourcesync/<slug:slug>/{capability.document}", views.live, name=capability.name,
+                 kwargs={"name": capability.document, "capability": capability.name}),
+            path(f"resourcesync/<slug:slug>/{capability.folder}/<path:rest>", views.live_in_folder,
+                 kwargs={"capability": capability.name}),
+        ]
+urlpatterns.append(path("resourcesync/<slug:slug>/<path:name>", views.document, name="document"))

@@ -1,7 +1,9 @@
 """Serving: the Source Description, Capability Lists and the documents in storage.
 
 Every response carries an ETag (the SHA-256 of the document) and Last-Modified, and a
-conditional GET is answered 304 from database metadata alone, without touching storage.
+conditional GET is answered 304 from database metadata alone, without touching storage. A
+document rendered live has no Last-Modified until the second of its last change is over (see
+``_last_modified``).
 
 Stored files are streamed in chunks of ``CHUNK_SIZE`` bytes, never read whole: from S3
 (django-storages) by ranged GETs of the object's body, from other storages through ``open()``.
@@ -11,26 +13,49 @@ With ``SERVE_BY_REDIRECT`` they are redirected to the storage's URL instead.
 import hashlib
 import re
 
+from django.core.exceptions import ImproperlyConfigured
 from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
+from django.utils import timezone
 from django.utils.cache import get_conditional_response
 from django.utils.http import http_date, quote_etag
 from django.views.decorators.http import require_safe
 
-from . import storage
+try:  # django-storages' S3 storage, where boto3 is installed
+    from s3transfer.constants import ALLOWED_DOWNLOAD_ARGS
+    from storages.backends.s3 import S3Storage
+    from storages.utils import clean_name, safe_join
+except (ImportError, ImproperlyConfigured):  # django-storages raises the latter without boto3
+    S3Storage = None
+
+from . import capabilities, storage
 from .builders import capabilitylist
-from .builders import changedump
-from .builders import changelist as changelists
-from .capabilities import CHANGEDUMP, CHANGELIST
 from .conf import app_settings
 from .models import Build, Document, ResourceSet
+from .served import GONE
 
 CONTENT_TYPE = "application/xml"
 CHUNK_SIZE = 1024 * 1024
 
 
-def _conditional(request, etag, last_modified, make_response):
+def _last_modified(last_modified, live):
+    """``last_modified`` in whole seconds, as HTTP dates count, or ``None`` while it is no validator.
+
+    A live document (rendered from rows, not a stored file) can change again within the second
+    of its last change. A copy sent in that second and a later one would carry the same date, and
+    If-Modified-Since would hide the later change. So, as RFC 9110 (8.8.2.2) has it, its date
+    serves only once that second is over: any copy dated so then holds every change of it, and
+    comparing whole seconds is exact. Until then it is neither sent nor compared."""
+    if last_modified is None:
+        return None
+    timestamp = int(last_modified.timestamp())
+    if live and timestamp >= int(timezone.now().timestamp()):
+        return None
+    return timestamp
+
+
+def _conditional(request, etag, last_modified, make_response, *, live=False):
     etag = quote_etag(etag)
-    timestamp = int(last_modified.timestamp()) if last_modified else None
+    timestamp = _last_modified(last_modified, live)
     response = get_conditional_response(request, etag=etag, last_modified=timestamp)
     if response is None:
         response = make_response()
@@ -42,7 +67,7 @@ def _conditional(request, etag, last_modified, make_response):
 
 def _xml_response(request, body, last_modified):
     return _conditional(
-        request, hashlib.sha256(body).hexdigest(), last_modified, lambda: HttpResponse(body, content_type=CONTENT_TYPE)
+        request, hashlib.sha256(body).hexdigest(), last_modified, lambda: HttpResponse(body, content_type=CONTENT_TYPE), live=True
     )
 
 
@@ -68,18 +93,23 @@ def capability_list(request, slug):
 
 
 def find_document(resource_set, name):
-    """The newest published or retained file called ``name`` of a capability the set offers."""
+    """The newest published or retained file called ``name`` of a capability the set offers;
+    :data:`GONE` if that file was withdrawn (it held bytes that are no longer public)."""
     candidates = (
         Document.objects.filter(
             resource_set=resource_set, name=name, build__status__in=[Build.Status.PUBLISHED, Build.Status.RETIRED]
         )
         .select_related("build")
-        .order_by("-build_id")
+        .order_by("-build_id", "-pk")
     )
     for document in candidates[:1]:
         if resource_set.has_capability(document.build.capability):
-            return document
+            return GONE if document.withdrawn else document
     return None
+
+
+def _gone():
+    return HttpResponse("Withdrawn: it held resources that are no longer public.\n", status=410, content_type="text/plain")
 
 
 @require_safe
@@ -88,31 +118,44 @@ def document(request, slug, name):
     doc = find_document(resource_set, name)
     if doc is None:
         raise Http404("No such document")
+    if doc is GONE:
+        return _gone()
 
     return _conditional(
-        request, doc.sha256, doc.written, lambda: _stream_from_storage(request, doc.storage_name, doc.size, doc.media_type, doc.sha256)
+        request, doc.sha256, doc.written,
+        lambda: _stream_from_storage(request, doc.storage_name, doc.size, doc.media_type, doc.sha256)
     )
 
 
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)", re.ASCII | re.IGNORECASE)
+# No file has an offset of more than 18 digits: a longer number is past the end of any file, and
+# is never converted (Python refuses to convert more than 4300 digits; a client may send more).
+_BEYOND = 10**18
+
+
+def _offset(digits):
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else _BEYOND
 
 
 def _byte_range(request, size, etag):
     """``(start, end)`` of a satisfiable single Range request, ``False`` for an unsatisfiable one,
-    ``None`` to send the whole file (no Range, several ranges, or an If-Range that does not match)."""
+    ``None`` to send the whole file (no Range, several ranges, or an If-Range that does not match).
+
+    Anything not understood is ignored, as RFC 9110 (14.2) allows: the whole file is sent."""
     header = request.headers.get("Range")
     if not header or request.headers.get("If-Range", f'"{etag}"') != f'"{etag}"':
         return None
-    match = _RANGE.match(header.strip())
+    match = _RANGE.fullmatch(header.strip())
     if not match or match.groups() == ("", ""):
         return None
     first, last = match.groups()
     if first == "":  # the last N bytes
-        start, end = max(size - int(last), 0), size - 1
+        start, end = max(size - _offset(last), 0), size - 1
     else:
-        start, end = int(first), min(int(last), size - 1) if last else size - 1
-    if first and last and int(last) < start:
-        return None  # a malformed range is ignored (RFC 9110): the whole file
+        start, end = _offset(first), min(_offset(last), size - 1) if last else size - 1
+        if last and _offset(last) < start:
+            return None  # a malformed range is ignored (RFC 9110): the whole file
     if start >= size:
         return False
     return start, end
@@ -140,17 +183,13 @@ def _stream_from_storage(request, storage_name, size, content_type=CONTENT_TYPE,
 
 
 def _s3_object(store, storage_name):
-    """The boto3 object behind ``storage_name`` if ``store`` is django-storages' S3 storage whose
-    bytes are stored as they are (not gzipped), else ``None``."""
-    try:
-        from storages.backends.s3 import S3Storage, _filter_download_params
-        from storages.utils import clean_name
-    except ImportError:  # django-storages without boto3: no S3 storage in use
+    """The boto3 object behind ``storage_name`` and the parameters of a GET of it, if ``store``
+    is django-storages' S3 storage whose bytes are stored as they are (not gzipped), else ``None``."""
+    if S3Storage is None or not isinstance(store, S3Storage) or store.gzip:
         return None
-    if not isinstance(store, S3Storage) or store.gzip:
-        return None
-    key = store._normalize_name(clean_name(storage_name))
-    return store.bucket.Object(key), _filter_download_params(store.get_object_parameters(storage_name))
+    key = safe_join(store.location, clean_name(storage_name))
+    params = {key: value for key, value in store.get_object_parameters(storage_name).items() if key in ALLOWED_DOWNLOAD_ARGS}
+    return store.bucket.Object(key), params
 
 
 def _read_span(store, storage_name, start, end):
@@ -183,41 +222,26 @@ def _read_span(store, storage_name, start, end):
 
 
 @require_safe
-def changelist(request, slug, name):
-    """The open Change List (served live) or, once there are several, the Change List Index."""
+def live(request, slug, name, capability):
+    """A document of a capability served ``"live"`` (see :mod:`.capabilities`): rendered from
+    the database (the open Change List, the Change Dump), or a file its rows point at."""
     resource_set = _enabled_set(slug)
-    served = changelists.serve(resource_set, name) if resource_set.has_capability(CHANGELIST) else None
+    served = capabilities.get(capability).builder.serve(resource_set, name) if resource_set.has_capability(capability) else None
     if served is None:
-        raise Http404("No Change List")
-    if served.storage_name:
+        raise Http404("No such document")
+    if served == GONE:
+        return _gone()
+    if served.live:
         return _conditional(
-            request, served.etag, served.last_modified, lambda: _stream_from_storage(request, served.storage_name, served.size, etag=served.etag)
+            request, served.etag, served.last_modified,
+            lambda: HttpResponse(served.body(), content_type=served.media_type), live=True
         )
-    return _conditional(request, served.etag, served.last_modified, lambda: HttpResponse(served.body(), content_type=CONTENT_TYPE))
+    return _conditional(
+        request, served.etag, served.last_modified,
+        lambda: _stream_from_storage(request, served.storage_name, served.size, served.media_type, served.etag),
+    )
 
 
-@require_safe
-def changelist_part(request, slug, number):
-    return changelist(request, slug, changelists.part_name(number))
-
-
-@require_safe
-def changedump_document(request, slug, name):
-    """The Change Dump (rendered from its package rows), a package, or a manifest copy."""
-    resource_set = _enabled_set(slug)
-    if not resource_set.has_capability(CHANGEDUMP):
-        raise Http404("No Change Dump")
-    if name.endswith(".xml") and not name.endswith("-manifest.xml"):
-        rendered = changedump.render(resource_set, name)
-        if rendered is None:
-            raise Http404("No such Change Dump document")
-        return _xml_response(request, *rendered)
-    found = changedump.find(resource_set, name)
-    if found is None:
-        raise Http404("No such package")
-    storage_name, size, sha256, media_type, written = found
-    return _conditional(request, sha256, written, lambda: _stream_from_storage(request, storage_name, size, media_type, sha256))
-
-
-def changedump_in_folder(request, slug, name):
-    return changedump_document(request, slug, f"changedump/{name}")
+def live_in_folder(request, slug, rest, capability):
+    """A document in the folder of a capability served live (``changelist/3.xml``)."""
+    return live(request, slug, f"{capabilities.get(capability).folder}/{rest}", capability)

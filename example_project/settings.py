@@ -160,6 +160,7 @@ CELERY_BEAT_SCHEDULE = {
     "resourcesync-process-changes": {"task": "resourcesync.process_changes", "schedule": 60.0},
     "resourcesync-close-changelists": {"task": "resourcesync.close_changelists", "schedule": crontab(minute=5)},
     "resourcesync-package-changes": {"task": "resourcesync.package_changes", "schedule": crontab(hour=0, minute=10)},
+    "resourcesync-sweep-storage": {"task": "resourcesync.sweep_storage", "schedule": crontab(minute=35)},
 }
 
 # With django-celery-beat (the ``beat`` extra), schedules live in the database, edited in the admin.

@@ -12,7 +12,9 @@ def documents_storage(settings, tmp_path):
     settings.STORAGES = {
         **settings.STORAGES,
         "default": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path / "media")}},
-        "resourcesync": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path / "documents")}},
+        "resourcesync": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path / "documents")}
+        },
     }
     return tmp_path / "documents"
 
@@ -33,7 +35,9 @@ def demo_set(slug):
     demo = importlib.import_module("example_project.repository.migrations.0002_resource_sets")
 
     values = dict(next(s for s in demo.SETS if s["slug"] == slug))
-    return ResourceSet.objects.get_or_create(slug=values.pop("slug"), defaults={**values, "capabilities": ["resourcelist", "changelist"]})[0]
+    return ResourceSet.objects.get_or_create(
+        slug=values.pop("slug"), defaults={**values, "capabilities": ["resourcelist", "changelist"]}
+    )[0]
 
 
 @pytest.fixture

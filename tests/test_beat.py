@@ -24,7 +24,9 @@ def registered_tasks():
 
 def documented_schedule():
     text = (ROOT / "docs" / "schedules.rst").read_text()
-    block = re.search(r"\.\. code-block:: python\n\n((?:   .*\n|\n)*?   CELERY_BEAT_SCHEDULE = \{\n(?:   .*\n|\n)*?   \}\n)", text)
+    block = re.search(
+        r"\.\. code-block:: python\n\n((?:   .*\n|\n)*?   CELERY_BEAT_SCHEDULE = \{\n(?:   .*\n|\n)*?   \}\n)", text
+    )
     assert block, "the CELERY_BEAT_SCHEDULE snippet of docs/schedules.rst"
     code = "\n".join(line[3:] for line in block.group(1).splitlines())
     namespace = {}

@@ -9,8 +9,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_resourcesync import tracking
-from django_resourcesync.builders import changelist as changelists
 from django_resourcesync.models import ChangeEvent, ChangeList, PendingChange, Resource
+from django_resourcesync.tracking import changelog
 from example_project.repository.models import Collection, Item, ItemFile
 
 from .helpers import build, fetch, path_of
@@ -271,7 +271,7 @@ def test_change_list_closes_when_its_period_is_over(tracked, committing, setting
         item.title = "Before the hour"
         item.save()
     last = ChangeEvent.objects.get().datetime
-    boundary = changelists.period_end(last)
+    boundary = changelog.period_end(last)
     later = boundary + datetime.timedelta(minutes=5)
     monkeypatch.setattr(timezone, "now", lambda: later)
     with committing():
@@ -345,14 +345,14 @@ def test_change_log_admin(tracked, committing, admin_client):
     response = admin_client.post(
         "/admin/resourcesync/resourceset/", {"action": "reconcile", "_selected_action": [tracked[1].pk]}, follow=True
     )
-    assert response.status_code == 200 and b"Reconcile queued" in response.content
+    assert response.status_code == 200 and b"Reconciled 1 set(s)." in response.content
 
 
 @pytest.fixture
 def background(tracked, monkeypatch, transactional_db):
     """Tasks sent to a broker (recorded here instead), so autocommit saves go through the
     dispatcher thread."""
-    from django_resourcesync import outbox
+    from django_resourcesync.tracking import outbox
 
     sent = []
     monkeypatch.setattr(outbox, "in_background", lambda task: True)
@@ -362,7 +362,7 @@ def background(tracked, monkeypatch, transactional_db):
 
 
 def test_autocommit_saves_reach_the_outbox_through_the_dispatcher(tracked, background):
-    from django_resourcesync import outbox
+    from django_resourcesync.tracking import outbox
 
     items = list(Item.objects.order_by("pk")[:3])
     for item in items:
@@ -380,7 +380,7 @@ def test_autocommit_saves_reach_the_outbox_through_the_dispatcher(tracked, backg
 
 
 def test_transaction_saves_write_in_the_transaction_and_queue_at_commit(tracked, background):
-    from django_resourcesync import outbox
+    from django_resourcesync.tracking import outbox
 
     item = Item.objects.order_by("pk").first()
     with transaction.atomic():
@@ -403,13 +403,17 @@ def test_making_an_item_private_reaches_its_files_through_the_related_lookup(tra
     with committing():
         item.is_public = False
         item.save()
-    assert {(c, loc) for c, loc, _ in changes(tracked[0])} == {("deleted", f"http://testserver{f.get_absolute_url()}") for f in item.files.all()}
+    assert {(c, loc) for c, loc, _ in changes(tracked[0])} == {
+        ("deleted", f"http://testserver{f.get_absolute_url()}") for f in item.files.all()
+    }
 
 
 def test_reconcile_trusts_a_fingerprint_that_covers_the_entry(tracked, committing, monkeypatch):
     described = []
-    original = tracking.entry_values
-    monkeypatch.setattr(tracking, "entry_values", lambda *a, **k: described.append(a[1]) or original(*a, **k))
+    from django_resourcesync.tracking import writer
+
+    original = writer.entry_values
+    monkeypatch.setattr(writer, "entry_values", lambda *a, **k: described.append(a[1]) or original(*a, **k))
     with committing():
         call_command("resourcesync_reconcile", verbosity=0)
     assert described == [], "nothing changed: no object described again"
@@ -490,7 +494,9 @@ def test_filter_in_passes_many_and_odd_values_as_one_parameter(tracked):
     by_uri = bulk.filter_in(records, "uri", uris + odd)
     assert sorted(by_uri.values_list("uri", flat=True)) == sorted(uris)
     pks = list(records.values_list("pk", flat=True))
-    assert set(bulk.filter_in(Resource.objects.all(), "pk", [str(pk) for pk in pks] + list(range(10**6, 10**6 + 40_000)))) == set(records)
+    assert set(
+        bulk.filter_in(Resource.objects.all(), "pk", [str(pk) for pk in pks] + list(range(10**6, 10**6 + 40_000)))
+    ) == set(records)
     assert bulk.filter_in(Resource.objects.all(), "resource_set", [tracked[1].pk]).count() == len(pks)
     files = bulk.filter_in(ItemFile.objects.all(), "item__collection", list(Collection.objects.values_list("pk", flat=True)))
     assert files.count() == ItemFile.objects.count()  # across a relation: the ORM's way

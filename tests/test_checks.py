@@ -29,11 +29,16 @@ def test_default_configuration_is_clean():
         ({"MAX_ENTRIES_PER_DOCUMENT": 60_000}, "resourcesync.E007"),
         ({"MAX_DOCUMENT_BYTES": 100 * 1024 * 1024}, "resourcesync.E008"),
         ({"KEEP_BUILDS": -1}, "resourcesync.E009"),
+        ({"SWEEP_GRACE_SECONDS": -5}, "resourcesync.E009"),
+        ({"SWEEP_GRACE_SECONDS": "1h"}, "resourcesync.E009"),
         ({"NO_SUCH_KEY": 1}, "resourcesync.E002"),
         ({"BASE_URL": "https://not-allowed.example"}, "resourcesync.E016"),
         ({"CHANGELIST_PERIOD": "fortnightly"}, "resourcesync.E014"),
         ({"CHANGELIST_RETENTION": 0}, "resourcesync.E015"),
         ({"BACKGROUND_DISPATCH": "yes"}, "resourcesync.E018"),
+        ({"LINK_SCHEMES": "https"}, "resourcesync.E021"),
+        ({"LINK_SCHEMES": ["http", "https:"]}, "resourcesync.E021"),
+        ({"LINK_SCHEMES": ("http", None)}, "resourcesync.E021"),
     ],
 )
 def test_bad_settings(settings, override, expected):
@@ -58,7 +63,9 @@ def test_urls_not_included(settings):
 @pytest.mark.django_db
 def test_set_with_unregistered_source_or_bad_filter():
     ResourceSet.objects.create(name="Ghost", slug="ghost", source="nosuchsource", capabilities=["resourcelist"])
-    ResourceSet.objects.create(name="Bad", slug="bad", source="metadata", lookups={"nosuchfield": 1}, capabilities=["resourcelist"])
+    ResourceSet.objects.create(
+        name="Bad", slug="bad", source="metadata", lookups={"nosuchfield": 1}, capabilities=["resourcelist"]
+    )
     found = ids(databases=["default"])
     assert "resourcesync.W003" in found and "nosuchsource" in found["resourcesync.W003"].msg
     assert "resourcesync.W004" in found and found["resourcesync.W004"].hint
@@ -89,12 +96,18 @@ def test_admin_form_rejects_a_filter_the_source_cannot_apply(db):
     from django_resourcesync.admin import ResourceSetForm
 
     form = ResourceSetForm(
-        data={"name": "X", "slug": "x", "source": "metadata", "lookups": '{"nosuchfield": 1}', "capabilities": ["resourcelist"], "position": 0}
+        data={
+            "name": "X", "slug": "x", "source": "metadata", "lookups": '{"nosuchfield": 1}',
+            "capabilities": ["resourcelist"], "position": 0
+        }
     )
     assert not form.is_valid()
     assert "lookups" in form.errors
     form = ResourceSetForm(
-        data={"name": "X", "slug": "x", "source": "metadata", "lookups": '{"collection__slug": "theses"}', "capabilities": ["resourcelist"], "position": 0}
+        data={
+            "name": "X", "slug": "x", "source": "metadata", "lookups": '{"collection__slug": "theses"}',
+            "capabilities": ["resourcelist"], "position": 0
+        }
     )
     assert form.is_valid(), form.errors
 

@@ -29,6 +29,9 @@ def test_rebuild_one_set_with_small_batches(seed, bitstreams, metadata, capsys):
         (["--set", "nosuchset"], "No resource set with slug: nosuchset"),
         (["--only", "changelog"], "Unknown capability in --only: changelog"),
         (["--batch-size", "0"], "--batch-size must be positive"),
+        (["--only", ""], "--only names no capability. Known: resourcelist, "),
+        (["--only", ","], "--only names no capability"),
+        (["--only", " "], "--only names no capability"),
     ],
 )
 def test_rebuild_refuses_bad_arguments(bitstreams, args, message):
@@ -48,7 +51,9 @@ def test_rebuild_all_task_goes_on_after_a_failing_set(seed, bitstreams, metadata
     seed(2)
     ResourceSet.objects.create(name="Ghost", slug="ghost", source="nosuchsource", position=0)
     summary = rebuild_all_task.delay().get()
-    assert [(s["set"], s["status"]) for s in summary] == [("ghost", "failed"), ("bitstreams", "published"), ("metadata", "published")]
+    assert [(s["set"], s["status"]) for s in summary] == [
+        ("ghost", "failed"), ("bitstreams", "published"), ("metadata", "published")
+    ]
 
 
 def test_seed_repository_adds_items_deterministically(db, capsys):
@@ -104,6 +109,8 @@ def test_one_build_of_a_set_at_a_time_and_dead_locks_expire(seed, metadata, caps
         assert "already running" in capsys.readouterr().err
     assert not BuildLock.objects.exists(), "released"
     # A holder that died leaves a lock that expires, and is then taken over.
-    BuildLock.objects.create(resource_set=metadata, capability="resourcelist", holder="dead", expires=timezone.now() - datetime.timedelta(seconds=1))
+    BuildLock.objects.create(
+        resource_set=metadata, capability="resourcelist", holder="dead", expires=timezone.now() - datetime.timedelta(seconds=1)
+    )
     (build,) = rebuild_set(metadata, only=["resourcelist"])
     assert build.status == Build.Status.PUBLISHED and not BuildLock.objects.exists()

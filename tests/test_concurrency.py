@@ -37,7 +37,9 @@ def test_two_processes_saving_the_same_item(seed, tmp_path):
     env = dict(
         os.environ,
         DJANGO_SETTINGS_MODULE="tests.settings",
-        TEST_DATABASE_URL=f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        TEST_DATABASE_URL=(
+            f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+        ),
         TEST_FILES_DIR=str(tmp_path),
     )
     writers = [

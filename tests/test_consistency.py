@@ -8,7 +8,9 @@ somewhere in the middle, and checks the property for both demo sets.
 import pytest
 from django.core.files.base import ContentFile
 from django.db import transaction
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from django_resourcesync import tracking
 from django_resourcesync.builders.resourcelist import build_resourcelist

@@ -35,7 +35,9 @@ def demo_env(base):
 def demo(tmp_path_factory):
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "TEST_DATABASE_URL", "CELERY_BROKER_URL")}
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "TEST_DATABASE_URL", "CELERY_BROKER_URL")
+    }
     _DEMO_ENV[base] = {"EXAMPLE_VAR_DIR": str(tmp_path_factory.mktemp("demo-var")), "RESOURCESYNC_BASE_URL": base}
     env.update(DJANGO_SETTINGS_MODULE="example_project.settings", **_DEMO_ENV[base])
 
@@ -115,7 +117,9 @@ Item.objects.filter(pk__in=[items[3].pk, items[4].pk]).update(title="Updated in 
 def test_resync_follows_the_change_list_and_ends_in_sync(demo, tmp_path, monkeypatch):
     """Baseline, then every kind of change the site makes, then incremental sync: IN SYNC."""
     monkeypatch.chdir(tmp_path)
-    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "TEST_DATABASE_URL", "CELERY_BROKER_URL")}
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "TEST_DATABASE_URL", "CELERY_BROKER_URL")
+    }
     env.update(DJANGO_SETTINGS_MODULE="example_project.settings", **demo_env(demo))
     clients = {}
     for slug in ("bitstreams", "metadata"):

@@ -149,7 +149,8 @@ def test_hostile_file_names_give_safe_unique_members(dumping):
         row.save()
     rebuild_set(dumping)
     _, packages = unpack(dumping, "resourcedump")  # asserts the names are safe and unique
-    assert sum(len(listed) for _m, _meta, listed in packages) == len(names)
+    # Names with a ".." segment cannot be published at all (see test_uris.py): left out.
+    assert sum(len(listed) for _m, _meta, listed in packages) == len(names) - 2
 
 
 def test_zero_byte_file_and_private_items(seed, dumping):
@@ -184,7 +185,9 @@ def test_a_missing_file_is_left_out_and_a_changed_one_rehashed(seed, dumping, mo
     assert listed["http://testserver" + changed.get_absolute_url()][0][1] == data.upper()
     # Both were handed to change tracking: the log and the lists catch up.
     tracking.process_pending()
-    assert {(e.change, e.object_pk) for e in ChangeEvent.objects.all()} == {("updated", str(changed.pk)), ("deleted", str(missing.pk))}
+    assert {(e.change, e.object_pk) for e in ChangeEvent.objects.all()} == {
+        ("updated", str(changed.pk)), ("deleted", str(missing.pk))
+    }
 
 
 def test_an_interrupted_dump_leaves_the_previous_one_published(seed, dumping, monkeypatch, documents_storage):

@@ -49,5 +49,7 @@ def test_resync_reads_a_resource_list_index_over_http(live_source, seed, setting
     listing = ResourceList(allow_multifile=True)
     listing.read(uri=f"{live_source}/resourcesync/metadata/resourcelist.xml")
     assert len(listing) == 10
-    assert {r.uri for r in listing} == {f"{live_source}/items/{pk}/metadata.xml" for pk in Item.objects.values_list("pk", flat=True)}
+    assert {r.uri for r in listing} == {
+        f"{live_source}/items/{pk}/metadata.xml" for pk in Item.objects.values_list("pk", flat=True)
+    }
     assert listing.md_at is not None

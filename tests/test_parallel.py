@@ -160,7 +160,9 @@ def test_a_part_rendered_again_overwrites_its_file_and_a_done_part_is_not_render
         build_part_task.apply(args=args).get()
     published = Build.objects.get(pk=started.pk)
     assert published.status == Build.Status.PUBLISHED
-    assert sorted(path.name for path in folder.iterdir()) == ["part-00001.xml", "part-00002.xml", "part-00003.xml", "resourcelist.xml"]
+    assert sorted(path.name for path in folder.iterdir()) == [
+        "part-00001.xml", "part-00002.xml", "part-00003.xml", "resourcelist.xml"
+    ]
     check_index(metadata, 3)
     # A copy of a task delivered again after the build was published does nothing.
     assert build_part_task.apply(args=held_parts[0]).get() is False
@@ -411,7 +413,9 @@ def workers(transactional_db, tmp_path, settings):
         os.environ,
         DJANGO_SETTINGS_MODULE="parallel_worker_settings",
         PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]),
-        TEST_DATABASE_URL=f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        TEST_DATABASE_URL=(
+            f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+        ),
         TEST_CELERY_BROKER_URL=REDIS_URL,
         TEST_FILES_DIR=str(tmp_path),
     )
@@ -520,7 +524,9 @@ def new_build(resource_set, previous):
 
 
 def wait_published(resource_set, previous):
-    wait_for(lambda: getattr(new_build(resource_set, previous), "status", None) in ("published", "failed"), 120, "the build to end")
+    wait_for(
+        lambda: getattr(new_build(resource_set, previous), "status", None) in ("published", "failed"), 120, "the build to end"
+    )
     return new_build(resource_set, previous)
 
 

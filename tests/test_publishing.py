@@ -1,5 +1,6 @@
 """Source Description, Capability Lists and Resource Lists as a Destination sees them."""
 
+import datetime
 import hashlib
 
 import pytest
@@ -88,7 +89,9 @@ def test_hostile_names_never_make_an_invalid_document(bitstreams, db):
 
     collection = Collection.objects.create(name="C", slug="c")
     item = Item.objects.create(collection=collection, title="x")
-    names = ["a&b<c>\"d'.txt", "tab\there.txt", "ctl\x01\x1f.txt", "emoji-😀.txt", "日本語 ファイル.txt", "%zz%.txt", "q?x=1#frag.txt"]
+    names = [
+        "a&b<c>\"d'.txt", "tab\there.txt", "ctl\x01\x1f.txt", "emoji-😀.txt", "日本語 ファイル.txt", "%zz%.txt", "q?x=1#frag.txt"
+    ]
     for name in names:
         row = ItemFile(item=item, name=name, media_type="text/plain; charset=utf-8")
         row.file.save("f.txt", ContentFile(b"bytes"), save=False)
@@ -210,13 +213,33 @@ def test_resource_list_index_past_the_byte_limit(settings, seed, bitstreams):
 
 
 def test_empty_set_publishes_an_empty_list(bitstreams):
+    """An empty Resource List (and an empty open Change List) is served as it is: valid
+    ResourceSync, which a Destination reads as "nothing", although the sitemaps.org schema
+    wants one entry at least (see xmlcheck.assert_schema_valid)."""
+    from lxml import etree
+    from resync.change_list import ChangeList as ResyncChangeList
+    from resync.resource_list import ResourceList as ResyncResourceList
+
+    from .xmlcheck import _schema
+
+    bitstreams.capabilities = ["resourcelist", "changelist"]
+    bitstreams.save()
     build(bitstreams)
-    status, body, _ = fetch("/resourcesync/bitstreams/resourcelist.xml")
-    assert status == 200
-    assert entries(check_document(body, "resourcelist")) == []
+    for name, capability, reader in (
+        ("resourcelist.xml", "resourcelist", ResyncResourceList), ("changelist.xml", "changelist", ResyncChangeList)
+    ):
+        status, body, _ = fetch(f"/resourcesync/bitstreams/{name}")
+        assert status == 200
+        assert entries(check_document(body, capability)) == []
+        assert not _schema("urlset").validate(etree.fromstring(body)), "the one thing the sitemap schema refuses"
+        parsed = reader()
+        parsed.parse(str=body.decode())
+        assert len(parsed) == 0 and parsed.capability == capability, "the resync client reads it as empty"
 
 
-def test_switch_over_keeps_the_previous_parts_and_never_mixes_builds(settings, seed, metadata, documents_storage, django_capture_on_commit_callbacks):
+def test_switch_over_keeps_the_previous_parts_and_never_mixes_builds(
+    settings, seed, metadata, documents_storage, django_capture_on_commit_callbacks
+):
     settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 3, "KEEP_BUILDS": 1}
     seed(7)
     first = build(metadata)
@@ -300,10 +323,18 @@ def test_capability_switched_off_is_no_longer_served(seed, bitstreams):
     assert entries(check_document(body, "description")) == []
 
 
-@pytest.mark.parametrize("path", ["/.well-known/resourcesync", "/resourcesync/bitstreams/capabilitylist.xml", "/resourcesync/bitstreams/resourcelist.xml"])
-def test_conditional_get(seed, bitstreams, path):
+@pytest.mark.parametrize(
+    "path",
+    ["/.well-known/resourcesync", "/resourcesync/bitstreams/capabilitylist.xml", "/resourcesync/bitstreams/resourcelist.xml"]
+)
+def test_conditional_get(seed, bitstreams, path, monkeypatch):
     seed(2)
     build(bitstreams)
+    # A document rendered live has a Last-Modified once the second of its last change is over.
+    from django.utils import timezone
+
+    later = timezone.now() + datetime.timedelta(seconds=1)
+    monkeypatch.setattr(timezone, "now", lambda: later)
     status, body, response = fetch(path)
     assert status == 200
     etag, last_modified = response["ETag"], response["Last-Modified"]
@@ -383,7 +414,10 @@ def test_resources_whose_bytes_cannot_be_had_are_left_out(seed, bitstreams, meta
     from example_project.repository import resourcesync as demo_sources
 
     broken = Item.objects.order_by("pk")[1]
-    monkeypatch.setattr(demo_sources.MetadataRecordSource, "location", lambda self, obj: obj.get_metadata_url() if obj.pk != broken.pk else "/no/such/page")
+    monkeypatch.setattr(
+        demo_sources.MetadataRecordSource, "location",
+        lambda self, obj: obj.get_metadata_url() if obj.pk != broken.pk else "/no/such/page"
+    )
     build(metadata)
     locs = [e.find(f"{{{SM}}}loc").text for e in resource_list_entries(metadata)]
     assert len(locs) == 3 and not [loc for loc in locs if "/no/such/page" in loc]

@@ -17,8 +17,8 @@ import pytest
 
 from django_resourcesync.rebuild import rebuild_set
 
-from .test_dumps import unpack
 from .helpers import fetch, path_of, resource_list_entries
+from .test_dumps import unpack
 from .xmlcheck import SM, check_document, entries
 
 pytestmark = pytest.mark.django_db
@@ -53,7 +53,9 @@ def s3_endpoint():
 
 @pytest.fixture
 def s3_documents(settings, s3_endpoint):
-    client = boto3.client("s3", endpoint_url=s3_endpoint, aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1")
+    client = boto3.client(
+        "s3", endpoint_url=s3_endpoint, aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1"
+    )
     bucket = f"documents-{time.monotonic_ns()}"
     client.create_bucket(Bucket=bucket)
     settings.STORAGES = {

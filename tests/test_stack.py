@@ -138,7 +138,9 @@ class Stack:
 def stack(database, broker, bucket, tmp_path):
     client, bucket_name = bucket
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEST_", "AWS_", "PYTEST_")) and k != "DJANGO_SETTINGS_MODULE"}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TEST_", "AWS_", "PYTEST_")) and k != "DJANGO_SETTINGS_MODULE"
+    }
     env.update(
         DJANGO_SETTINGS_MODULE="example_project.settings",
         EXAMPLE_VAR_DIR=str(tmp_path / "var"),
@@ -272,12 +274,16 @@ def test_the_production_stack_publishes_within_a_minute_and_follows_a_shell_save
         assert status == 200, loc(entry)
         hashes = dict(token.split(":", 1) for token in meta["hash"].split())
         assert int(meta["length"]) == len(body), loc(entry)
-        assert hashes["md5"] == hashlib.md5(body).hexdigest() and hashes["sha-256"] == hashlib.sha256(body).hexdigest(), loc(entry)
+        assert (
+            hashes["md5"] == hashlib.md5(body).hexdigest() and hashes["sha-256"] == hashlib.sha256(body).hexdigest()
+        ), loc(entry)
     # The dump's packages hold every file of the set, with the hashes the dump lists.
     dump = next(body for kind, body in documents.values() if kind == "resourcedump")
     for package in entries(check_document(dump, "resourcedump")):
         served = documents[loc(package)][1]
-        assert md(package)["hash"] == f"sha-256:{hashlib.sha256(served).hexdigest()}" and int(md(package)["length"]) == len(served)
+        assert (
+            md(package)["hash"] == f"sha-256:{hashlib.sha256(served).hexdigest()}" and int(md(package)["length"]) == len(served)
+        )
 
     # The stored documents are objects in the bucket, byte for byte.
     in_bucket = bucket_digests(stack.s3, stack.bucket)
@@ -305,7 +311,9 @@ def test_the_production_stack_publishes_within_a_minute_and_follows_a_shell_save
     ))
     saved = time.monotonic()
     while len(events()) == before:
-        assert time.monotonic() - saved < CHANGE_DEADLINE, f"the shell's save was not in the open Change List after {CHANGE_DEADLINE}s"
+        assert time.monotonic() - saved < CHANGE_DEADLINE, (
+            f"the shell's save was not in the open Change List after {CHANGE_DEADLINE}s"
+        )
         time.sleep(0.2)
     (event,) = events()[before:]
     assert md(event)["change"] == "updated"

@@ -28,12 +28,15 @@ def worker(transactional_db, tmp_path):
     env = dict(
         os.environ,
         DJANGO_SETTINGS_MODULE="tests.settings",
-        TEST_DATABASE_URL=f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        TEST_DATABASE_URL=(
+            f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+        ),
         TEST_CELERY_BROKER_URL=REDIS_URL,
         TEST_FILES_DIR=str(tmp_path),
     )
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "example_project", "worker", "--pool=solo", "--concurrency=1", "--loglevel=INFO", "--without-gossip", "--without-mingle"],
+        [sys.executable, "-m", "celery", "-A", "example_project", "worker", "--pool=solo", "--concurrency=1", "--loglevel=INFO",
+         "--without-gossip", "--without-mingle"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     sender = Celery("sender", broker=REDIS_URL, backend=REDIS_URL)
@@ -83,7 +86,8 @@ def test_a_save_in_a_shell_reaches_the_open_change_list_through_the_worker(worke
     item = Item.objects.order_by("pk")[0]
     subprocess.run(
         [sys.executable, "manage.py", "shell", "-c",
-         f"from example_project.repository.models import Item; i = Item.objects.get(pk={item.pk}); i.title = 'Saved in a shell'; i.save()"],
+         f"from example_project.repository.models import Item; i = Item.objects.get(pk={item.pk}); "
+         "i.title = 'Saved in a shell'; i.save()"],
         cwd=ROOT, env=env, check=True, capture_output=True, timeout=120,
     )
     started = time.monotonic()

@@ -4,10 +4,19 @@ import datetime
 import io
 
 import pytest
-from hypothesis import example, given, settings as hsettings, strategies as st
+from hypothesis import example, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from django_resourcesync import sources
-from django_resourcesync.sources import AlreadyRegistered, ResourceSource, UnpublishableResource, absolute_uri, clean_link, normalise_media_type
+from django_resourcesync.sources import (
+    AlreadyRegistered,
+    ResourceSource,
+    UnpublishableResource,
+    absolute_uri,
+    clean_link,
+    normalise_media_type,
+)
 from django_resourcesync.xml.writer import DocumentWriter, url_element, w3c_datetime
 
 from .xmlcheck import SM, check_document, entries, md
@@ -86,8 +95,14 @@ def test_media_types_the_schema_can_carry(value, expected):
 
 
 def test_links_keep_only_valid_attributes():
-    link = clean_link({"rel": "duplicate", "href": "/mirror/a", "pri": 0, "length": "12", "type": "text/plain", "modified": datetime.datetime(2026, 1, 1, tzinfo=UTC), "bogus": 1})
-    assert link == {"rel": "duplicate", "href": "http://testserver/mirror/a", "length": 12, "type": "text/plain", "modified": "2026-01-01T00:00:00Z"}
+    link = clean_link({
+        "rel": "duplicate", "href": "/mirror/a", "pri": 0, "length": "12", "type": "text/plain",
+        "modified": datetime.datetime(2026, 1, 1, tzinfo=UTC), "bogus": 1
+    })
+    assert link == {
+        "rel": "duplicate", "href": "http://testserver/mirror/a", "length": 12, "type": "text/plain",
+        "modified": "2026-01-01T00:00:00Z"
+    }
     assert clean_link({"rel": "Not A Rel", "href": "/x"}) is None
     assert clean_link({"rel": "http://www.openarchives.org/rs/terms/patch", "href": "/x"})["rel"].startswith("http://")
     assert clean_link({"rel": "alternate"}) is None
@@ -123,7 +138,9 @@ def test_sitemap_hooks_may_be_attributes_or_methods():
             return "héllo"
 
     entry = AttributeSource().entry(Thing())
-    assert (entry.uri, entry.changefreq, entry.media_type, entry.length) == ("http://testserver/things/1", "daily", "text/plain", 6)
+    assert (entry.uri, entry.changefreq, entry.media_type, entry.length) == (
+        "http://testserver/things/1", "daily", "text/plain", 6
+    )
     body = write([url_element(entry.uri, changefreq=entry.changefreq, md={"length": entry.length, "type": entry.media_type})])
     assert md(entries(check_document(body, "resourcelist"))[0])["type"] == "text/plain"
 

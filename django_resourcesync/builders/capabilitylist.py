@@ -8,35 +8,23 @@ import io
 
 from django.db.models import Max
 
-from .. import capabilities, uris
+from .. import capabilities, heads, uris
 from ..conf import app_settings
-from ..models import Build, ResourceSet
+from ..entries import clean_links
+from ..models import ResourceSet, SourceState
 from ..xml.writer import DocumentWriter, url_element
-
-# Which document each capability of a Capability List points at.
-DOCUMENT_NAMES = {
-    capabilities.RESOURCELIST: "resourcelist.xml",
-    capabilities.CHANGELIST: "changelist.xml",
-    capabilities.RESOURCEDUMP: "resourcedump.xml",
-    capabilities.CHANGEDUMP: "changedump.xml",
-}
 
 
 def published_capabilities(resource_set):
-    """``[(capability, last_modified)]`` for each capability of the set that has a document:
-    a published build, or (Change Lists) a started change log."""
-    changed = {
-        build.capability: build.finished
-        for build in Build.objects.filter(resource_set=resource_set, status=Build.Status.PUBLISHED).order_by("pk")
-    }
-    log = resource_set.changelists.order_by("-number").first()
-    if log is not None:
-        changed[capabilities.CHANGELIST] = log.last_datetime or log.from_time
-    package = resource_set.changedump_packages.order_by("-number").first()
-    if package is not None:
-        changed[capabilities.CHANGEDUMP] = package.written
-    order = [name for name, _label in capabilities.CAPABILITY_CHOICES]
-    return [(name, changed[name]) for name in order if resource_set.has_capability(name) and name in changed]
+    """``[(capability, last_modified)]`` for each capability of the set that has a document,
+    in the table's order: its builder says whether it has, and since when."""
+    found = []
+    for capability in capabilities.TABLE:
+        if resource_set.has_capability(capability.name):
+            changed = capability.builder.published(resource_set)
+            if changed is not None:
+                found.append((capability.name, changed))
+    return found
 
 
 def _render(writer, md, links):
@@ -52,12 +40,12 @@ def capability_list(resource_set):
         return None
     writer = DocumentWriter()
     for capability, _changed in published:
-        writer.add(url_element(uris.document_uri(resource_set, DOCUMENT_NAMES[capability]), md={"capability": capability}))
-    links = [{"rel": "up", "href": uris.source_description_uri()}]
-    if resource_set.describedby:
-        links.append({"rel": "describedby", "href": resource_set.describedby})
+        writer.add(
+            url_element(uris.document_uri(resource_set, capabilities.get(capability).document), md={"capability": capability})
+        )
+    md, links = heads.capability_list_head(clean_links([{"rel": "describedby", "href": resource_set.describedby}]))
     last_modified = max([resource_set.modified] + [changed for _c, changed in published if changed])
-    return _render(writer, {"capability": capabilities.CAPABILITYLIST}, links), last_modified
+    return _render(writer, md, links), last_modified
 
 
 def public_sets():
@@ -75,12 +63,17 @@ def source_description():
     """``(bytes, last_modified)`` of the Source Description."""
     writer = DocumentWriter()
     # Every set's configuration counts, disabled ones too: disabling a set changes this document.
-    last_modified = ResourceSet.objects.aggregate(latest=Max("modified"))["latest"]
+    # A deleted set takes its date with it: the Source's own clock keeps when that happened, so
+    # the date never goes backwards and a client's If-Modified-Since never hides the change.
+    last_modified = max(
+        filter(None, [ResourceSet.objects.aggregate(latest=Max("modified"))["latest"], SourceState.changed_at()]), default=None
+    )
     for resource_set, changed in public_sets():
-        links = [{"rel": "describedby", "href": resource_set.describedby}] if resource_set.describedby else ()
-        writer.add(url_element(uris.capability_list_uri(resource_set), md={"capability": capabilities.CAPABILITYLIST}, links=links))
+        links = clean_links([{"rel": "describedby", "href": resource_set.describedby}])
+        writer.add(
+            url_element(uris.capability_list_uri(resource_set), md={"capability": capabilities.CAPABILITYLIST}, links=links)
+        )
         last_modified = max(filter(None, [last_modified, changed]))
-    links = []
-    if app_settings.SOURCE_DESCRIBEDBY:
-        links.append({"rel": "describedby", "href": app_settings.SOURCE_DESCRIBEDBY})
-    return _render(writer, {"capability": capabilities.DESCRIPTION}, links), last_modified
+    # Encoded as every published URI; a value that cannot be published is left out.
+    md, links = heads.source_description_head(clean_links([{"rel": "describedby", "href": app_settings.SOURCE_DESCRIBEDBY}]))
+    return _render(writer, md, links), last_modified

@@ -12,17 +12,23 @@ with ``from`` and ``until`` each, and has no ``until`` itself: it is extended as
 URIs: ``changedump.xml``, ``changedump/<number>.zip`` and ``changedump/<number>-manifest.xml``.
 """
 
-import hashlib
+import bisect
 import io
+import logging
 
+from django.db import transaction
 from django.utils import timezone
 
-from .. import capabilities, tracking, uris
+from .. import bulk, capabilities, heads, storage, tracking, uris
 from ..conf import app_settings
-from ..models import ChangeDumpPackage, ChangeEvent, ChangeList, Resource
+from ..exceptions import BuildAbandoned
+from ..models import Build, ChangeDumpPackage, ChangeEvent, ChangeList, Resource, Withdrawal
+from ..served import GONE, Served
 from ..xml.writer import DocumentWriter, url_element, w3c_datetime
-from . import BuildContext
+from .context import BuildContext
 from .resourcedump import Packer, dump_entry
+
+logger = logging.getLogger(__name__)
 
 NAME = "changedump.xml"
 
@@ -35,8 +41,20 @@ def manifest_name(number):
     return f"changedump/{number}-manifest.xml"
 
 
-def package_changes(resource_set, *, progress=None):
-    """Cut a package of the changes recorded since the last one; ``None`` if there are none."""
+def package_changes(resource_set):
+    """Cut a package of the changes recorded since the last one; ``None`` if there are none.
+    A package withdrawn since it was cut (it held the bytes of a resource that has left the set)
+    is packed again first, without them."""
+    withdrawn = resource_set.changedump_packages.filter(withdrawn__isnull=False).order_by("number").first()
+    if withdrawn is not None:
+        events = ChangeEvent.objects.filter(
+            resource_set=resource_set, id__gte=withdrawn.first_event, id__lte=withdrawn.last_event
+        )
+        if not events.exists():  # its changes are past retention: nothing to pack again
+            withdrawn.delete()
+            return package_changes(resource_set)
+        return _cut(resource_set, withdrawn.number, list(events.order_by("id")), withdrawn.from_time, withdrawn.until,
+                    replacing=withdrawn)
     with tracking.locked(resource_set):
         # Under the set's lock no change is being written: everything up to `until` is in.
         previous = resource_set.changedump_packages.order_by("-number").first()
@@ -53,13 +71,18 @@ def package_changes(resource_set, *, progress=None):
         from_time = previous.until if previous is not None else start.from_time
     events = list(events.filter(id__lte=last).order_by("id")[: app_settings.MAX_ENTRIES_PER_DOCUMENT])
     if len(events) == app_settings.MAX_ENTRIES_PER_DOCUMENT:
-        last, until = events[-1].id, events[-1].datetime
+        until = events[-1].datetime
     number = previous.number + 1 if previous is not None else 1
+    return _cut(resource_set, number, events, from_time, until)
+
+
+def _cut(resource_set, number, events, from_time, until, *, replacing=None):
+    """Pack ``events`` as package ``number``; records it (or rewrites ``replacing``)."""
     source = resource_set.get_source()
     # The packages are not a replaceable build; the build context only lends its file handling.
     context = BuildContext(resource_set, capabilities.CHANGEDUMP, at=from_time)
     packer = Packer(context, source, capability=capabilities.CHANGEDUMP, name_of=lambda n: package_name(number),
-                    manifest_of=lambda n: manifest_name(number), progress=progress, split=False)
+                    manifest_of=lambda n: manifest_name(number), split=False)
     try:
         keys = {event.object_pk for event in events if event.change != "deleted"}
         objects = {str(obj.pk): obj for obj in source.queryset(resource_set.lookups).filter(pk__in=list(keys))}
@@ -75,21 +98,63 @@ def package_changes(resource_set, *, progress=None):
                     continue
                 md.update(packed)
             packer.add_entry(url_element(event.uri, lastmod=event.lastmod if event.change != "deleted" else None, md=md))
+        if replacing is not None:
+            packer.open()  # the package is there again, empty if nothing of it is left
         packer.finish(md={"from": w3c_datetime(from_time), "until": w3c_datetime(until)})
     except BaseException as exc:
         packer.abort()
         context.fail(exc)
         raise
-    context.discard_record()
     if not packer.packages:
+        context.discard_record()
         return None
-    package_doc, manifest_doc, package_md = packer.packages[0]
-    return ChangeDumpPackage.objects.create(
-        resource_set=resource_set, number=number, from_time=from_time, until=until,
-        first_event=events[0].id, last_event=last, entries=package_doc.entries,
+    package_doc, manifest_doc, _md = packer.packages[0]
+    values = dict(
+        from_time=from_time, until=until, first_event=events[0].id, last_event=events[-1].id, entries=package_doc.entries,
         storage_name=package_doc.storage_name, size=package_doc.size, sha256=package_doc.sha256,
         manifest_storage_name=manifest_doc.storage_name, manifest_size=manifest_doc.size, manifest_sha256=manifest_doc.sha256,
+        written=timezone.now(), withdrawn=None,
     )
+    with tracking.locked(resource_set):
+        if not Build.objects.filter(pk=context.build.pk, status=Build.Status.RUNNING).exists():
+            # Its lock was taken over (or the sweep found it abandoned): another cut owns the
+            # package now, and this one may hold bytes a withdrawal could not see.
+            storage.delete_quietly([package_doc.storage_name, manifest_doc.storage_name])
+            raise BuildAbandoned(f"the Change Dump package {number} of {resource_set.slug} was cut by another process")
+        context.discard_record()
+        if replacing is not None:
+            ChangeDumpPackage.objects.filter(pk=replacing.pk).update(**values)
+            package = ChangeDumpPackage.objects.get(pk=replacing.pk)
+        else:
+            package = ChangeDumpPackage.objects.create(resource_set=resource_set, number=number, **values)
+        # A resource that left the set while this was packed: the package is withdrawn at once
+        # and packed again next time.
+        leaving = {key for key, _record in Withdrawal.since(resource_set, context.build.started)}
+        if leaving & keys:
+            withdraw_packages(ChangeDumpPackage.objects.filter(pk=package.pk))
+    return package
+
+
+def published(resource_set):
+    """When the set's Change Dump last changed; ``None`` before its first package."""
+    return _last_modified(resource_set)
+
+
+def _last_modified(resource_set):
+    # A package withdrawn or packed again changes the document too: the newest of those dates.
+    return max(
+        (moment for row in resource_set.changedump_packages.values_list("written", "withdrawn") for moment in row if moment),
+        default=None
+    )
+
+
+def update(resource_set, *, progress=None, batch_size=None, parallel=False, lock=None):
+    """The capability table's way in (see capabilities.py): package the changes not yet in a
+    package (a backlog past ``MAX_ENTRIES_PER_DOCUMENT`` changes takes several); the Change Dump
+    itself is rendered from the packages on request."""
+    while package_changes(resource_set) is not None:
+        pass
+    return []
 
 
 class _Doc:
@@ -103,7 +168,7 @@ def part_name(number):
     return f"changedump/dump-{number}.xml"
 
 
-def _dump_document(resource_set, packages, *, extended, index):
+def _dump_document(resource_set, packages, from_time, *, extended, index):
     writer = DocumentWriter()
     for package in packages:
         writer.add(
@@ -114,12 +179,8 @@ def _dump_document(resource_set, packages, *, extended, index):
                 {"from": w3c_datetime(package.from_time), "until": w3c_datetime(package.until)},
             )
         )
-    md = {"capability": capabilities.CHANGEDUMP, "from": w3c_datetime(packages[0].from_time)}
-    if not extended:
-        md["until"] = w3c_datetime(packages[-1].until)
-    links = [{"rel": "up", "href": uris.capability_list_uri(resource_set)}]
-    if index:
-        links.append({"rel": "index", "href": uris.document_uri(resource_set, NAME)})
+    md, links = heads.head(resource_set, capabilities.CHANGEDUMP, from_=from_time,
+                           until=None if extended else packages[-1].until, indexed_by=capabilities.CHANGEDUMP if index else None)
     out = io.BytesIO()
     writer.finish(out, md=md, links=links)
     return out.getvalue()
@@ -128,15 +189,20 @@ def _dump_document(resource_set, packages, *, extended, index):
 def render(resource_set, name=NAME):
     """``(bytes, last_modified)`` of the Change Dump (``changedump.xml``: the dump, or a Change
     Dump Index past ``MAX_ENTRIES_PER_DOCUMENT`` packages) or of one of its parts; ``None`` if
-    there is no such document (before the first package, say)."""
-    packages = list(resource_set.changedump_packages.order_by("number"))
-    if not packages:
+    there is no such document (before the first package, say). A withdrawn package is left out
+    until it is packed again (the dump is empty while its only packages are)."""
+    every = list(resource_set.changedump_packages.order_by("number"))
+    if not every:
         return None
+    packages = [package for package in every if package.withdrawn is None]
     limit = app_settings.MAX_ENTRIES_PER_DOCUMENT
-    parts = [packages[start : start + limit] for start in range(0, len(packages), limit)]
-    last_modified = packages[-1].written
+    parts = [packages[start : start + limit] for start in range(0, len(packages), limit)] or [[]]
+    last_modified = _last_modified(resource_set)
+    from_time = every[0].from_time
     if len(parts) == 1:
-        return (_dump_document(resource_set, packages, extended=True, index=False), last_modified) if name == NAME else None
+        if name != NAME:
+            return None
+        return _dump_document(resource_set, packages, from_time, extended=True, index=False), last_modified
     if name == NAME:
         index = DocumentWriter(root="sitemapindex")
         for number, chunk in enumerate(parts, start=1):
@@ -145,27 +211,79 @@ def render(resource_set, name=NAME):
                 md["until"] = w3c_datetime(chunk[-1].until)
             index.add(url_element(uris.document_uri(resource_set, part_name(number)), md=md, tag="sitemap"))
         out = io.BytesIO()
-        index.finish(
-            out,
-            md={"capability": capabilities.CHANGEDUMP, "from": w3c_datetime(packages[0].from_time)},
-            links=[{"rel": "up", "href": uris.capability_list_uri(resource_set)}],
-        )
+        md, links = heads.head(resource_set, capabilities.CHANGEDUMP, from_=from_time)
+        index.finish(out, md=md, links=links)
         return out.getvalue(), last_modified
     for number, chunk in enumerate(parts, start=1):
         if name == part_name(number):
-            return _dump_document(resource_set, chunk, extended=number == len(parts), index=True), last_modified
+            return (
+                _dump_document(resource_set, chunk, chunk[0].from_time, extended=number == len(parts), index=True), last_modified
+            )
     return None
 
 
-def find(resource_set, name):
-    """``(storage_name, size, sha256, media_type, written)`` of a package or manifest copy."""
+def serve(resource_set, name):
+    """The :class:`~django_resourcesync.served.Served` for the Change Dump (``changedump.xml``
+    and its parts, rendered from the package rows), a package or a manifest copy; ``GONE`` for a
+    withdrawn package, ``None`` for no such document."""
+    if name.endswith(".xml") and not name.endswith("-manifest.xml"):
+        rendered = render(resource_set, name)
+        return None if rendered is None else Served.rendered(*rendered)
     for package in resource_set.changedump_packages.all():
+        if name in (package_name(package.number), manifest_name(package.number)) and package.withdrawn is not None:
+            return GONE
         if name == package_name(package.number):
-            return package.storage_name, package.size, package.sha256, "application/zip", package.written
+            return Served(
+                package.sha256, package.written, storage_name=package.storage_name, size=package.size,
+                media_type="application/zip"
+            )
         if name == manifest_name(package.number):
-            return package.manifest_storage_name, package.manifest_size, package.manifest_sha256, "application/xml", package.written
+            return Served(
+                package.manifest_sha256, package.written, storage_name=package.manifest_storage_name, size=package.manifest_size
+            )
     return None
 
 
-def etag(body):
-    return hashlib.sha256(body).hexdigest()
+
+
+# -- withdrawal (see builders.withdrawal) ---------------------------------------------------
+
+
+def withdraw_packages_holding(resource_set, keys, now=None):
+    """Withdraw the set's packages that hold the bytes of a change of one of ``keys``."""
+    packages = list(
+        ChangeDumpPackage.objects.filter(resource_set=resource_set, withdrawn__isnull=True)
+        .values_list("pk", "first_event", "last_event")
+    )
+    if not packages:
+        return
+    events = bulk.filter_in(
+        ChangeEvent.objects.filter(resource_set=resource_set).exclude(change=ChangeEvent.Change.DELETED), "object_pk", keys
+    )
+    event_ids = sorted(events.values_list("id", flat=True))
+    hit = [pk for pk, first, last in packages if _any_between(event_ids, first, last)]
+    if hit:
+        withdraw_packages(ChangeDumpPackage.objects.filter(pk__in=hit), now)
+
+
+def withdraw_packages(packages, now=None):
+    """Withdraw Change Dump packages: their files leave storage once this commits."""
+    names = []
+    for package in packages:
+        names += [package.storage_name, package.manifest_storage_name]
+        logger.info("%s held the bytes of a resource that left the set: withdrawn", package)
+    packages.update(withdrawn=now or timezone.now())
+    transaction.on_commit(lambda: storage.delete_quietly(names))
+
+
+def _any_between(ordered, first, last):
+    index = bisect.bisect_left(ordered, first)
+    return index < len(ordered) and ordered[index] <= last
+
+
+def describe(resource_set):
+    """What the admin says of it."""
+    packages = resource_set.changedump_packages.order_by("-number")
+    if not packages:
+        return None
+    return f"{len(packages)} package(s), the latest until {packages[0].until:%Y-%m-%d %H:%M:%S}Z"

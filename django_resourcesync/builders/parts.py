@@ -32,14 +32,21 @@ waited) fails its build rather than publish beside another one.
 import logging
 from collections import Counter
 
+from celery import current_app
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from .. import capabilities, storage
 from ..conf import app_settings
+from ..exceptions import BuildAbandoned
 from ..models import Build, BuildPart, Document
-from . import BuildAbandoned, BuildContext, build_lock
+from .context import BuildContext
+from .locks import build_lock
+
+#: The tasks of a build in parts, sent by their stable names (:mod:`..tasks` defines them).
+BUILD_PART = "resourcesync.build_part"
+FINISH_BUILD = "resourcesync.finish_build"
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +56,9 @@ class PartFailed(RuntimeError):
 
 
 def _kind(capability):
-    """The module that renders parts of ``capability`` and writes its index."""
-    from . import resourcedump, resourcelist
-
-    return {capabilities.RESOURCELIST: resourcelist, capabilities.RESOURCEDUMP: resourcedump}[capability]
+    """The module that renders parts of ``capability`` and writes its index (the capability
+    table names it)."""
+    return capabilities.get(capability).builder
 
 
 def plan(build, rows, size, *, max_bytes=None):
@@ -160,7 +166,7 @@ def finish(context):
         if missing:
             raise PartFailed(f"part {part.number} of {build}: not in storage: {', '.join(missing)}")
     entries, completed, report = kind.finish(context, done)
-    return context.publish(entries=entries, completed=completed, report=report)
+    return context.publish(entries=entries, completed=completed, report=report, prepare=getattr(kind, "before_publish", None))
 
 
 def summed_reports(done, keys=()):
@@ -205,14 +211,12 @@ def dispatch(build, planned, lock, *, batch_size=None):
     """Send a task per part of ``build`` to the workers as ``planned`` yields them; ``lock``
     stays held until the build is over. Should the parts all be done before the planning is
     (a quick worker, a short last part), the final step is sent from here."""
-    from ..tasks import build_part_task, finish_build_task
-
     lock.keep()
     try:
         for part in planned:
-            build_part_task.delay(build.pk, part.number, lock.holder, batch_size)
+            current_app.tasks[BUILD_PART].delay(build.pk, part.number, lock.holder, batch_size)
         if getattr(build, "complete_when_planned", False):
-            finish_build_task.delay(build.pk, lock.holder)
+            current_app.tasks[FINISH_BUILD].delay(build.pk, lock.holder)
     except BaseException:
         lock.release()
         raise

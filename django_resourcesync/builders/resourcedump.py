@@ -20,19 +20,23 @@ URIs: ``resourcedump.xml`` (a Resource Dump, or a Resource Dump Index past the e
 ``resourcedump/<build>/part-NNNNN.zip`` with ``…-manifest.xml``.
 """
 
+import bisect
 import logging
+import re
 import tempfile
 
+from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from .. import capabilities, tracking, uris
+from .. import capabilities, heads, storage, tracking, uris
 from ..conf import app_settings
-from ..models import Document, Resource
+from ..exceptions import UnpublishableResource
+from ..models import Build, BuildPart, Document, Resource, Withdrawal
 from ..packaging import ZIP_MEDIA_TYPE, MemberNames, PackageWriter
-from ..sources import UnpublishableResource
 from ..xml.writer import DocumentWriter, hash_value, url_element, w3c_datetime
-from . import BuildContext, parts
+from . import parts
+from .context import BuildContext, describe_build, published_at
 
 logger = logging.getLogger(__name__)
 
@@ -53,18 +57,26 @@ def manifest_name(build, number, package=1):
     return f"{_stem(build, number, package)}-manifest.xml"
 
 
+_PART_FILE = re.compile(r"^resourcedump/[0-9]+/part-([0-9]+)(?:-[0-9]+)?(?:\.zip|-manifest\.xml)$")
+
+
+def part_number(name):
+    """The part a package or manifest of a build belongs to, by its name; ``None`` for others."""
+    match = _PART_FILE.match(name)
+    return int(match.group(1)) if match else None
+
+
 class Packer:
     """Fills packages one after the other for a build; shared by Resource and Change Dumps."""
 
     REPORT = ("changed_since_hashed", "unreadable", "gone")
 
-    def __init__(self, context, source, *, capability, name_of, manifest_of, progress=None, split=True, replace=False):
+    def __init__(self, context, source, *, capability, name_of, manifest_of, split=True, replace=False):
         self.context, self.source = context, source
         self.split = split
         self.replace = replace  # write over files of an earlier attempt at the same names
         self.capability = capability
         self.name_of, self.manifest_of = name_of, manifest_of
-        self.progress = progress
         self.packages = []  # (package Document, manifest Document, md dict) per finished package
         self.report = dict.fromkeys(self.REPORT, 0)
         self.package = None
@@ -147,13 +159,15 @@ class Packer:
         return again.md5 if again is not None and again.sha256 == sha256 else None
 
     def _recheck(self, obj):
-        """Have change tracking read ``obj`` again, whatever its fingerprint says."""
-        Resource.objects.filter(object_pk=str(obj.pk), resource_set__source=self.source.name).update(fingerprint="")
-        tracking.record(self.source.name, [obj.pk])
+        tracking.recheck(self.source, [obj.pk])
 
-    def add_entry(self, entry):
+    def open(self):
+        """Start a package unless one is open: finished, it is there even if nothing went in."""
         if self.package is None:
             self._start()
+
+    def add_entry(self, entry):
+        self.open()
         self.manifest.add(entry)
 
     def finish(self, md=None):
@@ -163,7 +177,7 @@ class Packer:
         number = len(self.packages) + 1
         completed = timezone.now()
         manifest_md = {"capability": f"{self.capability}-manifest", **(md or self._snapshot(completed))}
-        links = [{"rel": "up", "href": uris.capability_list_uri(self.context.resource_set)}]
+        links = [heads.up(self.context.resource_set)]
         with tempfile.TemporaryFile() as manifest:
             manifest_doc = self.context.write(self.manifest_of(number), self.manifest, md=manifest_md, links=links, keep=manifest,
                                               replace=self.replace)
@@ -188,7 +202,7 @@ class Packer:
             self.package = None
 
 
-def build_resourcedump(resource_set, *, refresh=True, pending=True, progress=None, batch_size=None, parallel=False, lock=None):
+def build_resourcedump(resource_set, *, refresh=True, progress=None, batch_size=None, parallel=False, lock=None):
     """Pack the set's resources into ZIP packages and publish its Resource Dump.
 
     The packages are planned as parts first. With ``parallel``, a dump of more than one part is
@@ -202,9 +216,11 @@ def build_resourcedump(resource_set, *, refresh=True, pending=True, progress=Non
     context = BuildContext(resource_set, capabilities.RESOURCEDUMP, at=timezone.now())
     batch_size = batch_size or app_settings.BATCH_SIZE
     try:
-        context.bring_up_to_date(refresh=refresh, pending=pending, progress=progress, batch_size=batch_size)
+        context.bring_up_to_date(refresh=refresh, progress=progress, batch_size=batch_size)
         rows = Resource.objects.filter(resource_set=resource_set)
-        planned = list(parts.plan(context.build, rows, app_settings.MAX_ENTRIES_PER_DOCUMENT, max_bytes=app_settings.DUMP_PACKAGE_BYTES))
+        planned = list(
+            parts.plan(context.build, rows, app_settings.MAX_ENTRIES_PER_DOCUMENT, max_bytes=app_settings.DUMP_PACKAGE_BYTES)
+        )
         total = rows.aggregate(total=Sum("length"))["total"] or 0
         return parts.run(context, planned, parallel=parallel and len(planned) > 1, lock=lock, progress=progress, total=total,
                          batch_size=batch_size)
@@ -220,7 +236,8 @@ def render_part(context, part, *, progress=None, batch_size=None):
     build, resource_set = context.build, context.resource_set
     source = resource_set.get_source()
     packer = Packer(context, source, capability=capabilities.RESOURCEDUMP, replace=True,
-                    name_of=lambda n: package_name(build, part.number, n), manifest_of=lambda n: manifest_name(build, part.number, n))
+                    name_of=lambda n: package_name(build, part.number, n),
+                    manifest_of=lambda n: manifest_name(build, part.number, n))
     rows = Resource.objects.filter(resource_set=resource_set, pk__gt=part.after_pk, pk__lte=part.last_pk).order_by("pk")
     count = 0
     batch = []
@@ -254,16 +271,42 @@ def progress_details(files):
 def finish(context, done):
     """Write the Resource Dump (or its index) over the packages of the parts ``done``; returns
     ``(entries, completed, report)``."""
-    recorded = {document.name: document for document in Document.objects.filter(build=context.build)}
+    completed = timezone.now()
+    _write_dump(context, _packages(context.build, done), completed)
+    return sum(part.entries for part in done), completed, parts.summed_reports(done, Packer.REPORT)
+
+
+def _packages(build, done):
+    """``(package, manifest, md)`` of the packages of the parts ``done`` that are not withdrawn."""
+    recorded = {document.name: document for document in Document.objects.filter(build=build)}
     packages = []
     for part in done:
-        for package, manifest in part_documents(context.build, part):
+        for package, manifest in part_documents(build, part):
             package_doc = recorded[package]
-            md = {"at": w3c_datetime(package_doc.at), "completed": w3c_datetime(package_doc.completed)}
-            packages.append((package_doc, recorded[manifest], md))
-    completed = timezone.now()
-    _write_dump(context, packages, completed)
-    return sum(part.entries for part in done), completed, parts.summed_reports(done, Packer.REPORT)
+            if package_doc.withdrawn is None:
+                md = {"at": w3c_datetime(package_doc.at), "completed": w3c_datetime(package_doc.completed)}
+                packages.append((package_doc, recorded[manifest], md))
+    return packages
+
+
+def rewrite_dump(build):
+    """Write the dump's document (or index and its parts) again over its packages that are not
+    withdrawn; the old files leave storage once the transaction commits."""
+    context = BuildContext(build=build)
+    context.fresh_names = True
+    dump_names = [NAME] + [
+        name
+        for name in Document.objects.filter(build=build).values_list("name", flat=True)
+        if name.startswith(f"resourcedump/{build.pk}/dump-")
+    ]
+    Document.objects.filter(build=build, name__in=dump_names).delete()  # files: see signals.py
+    _write_dump(context, _packages(build, build.parts.order_by("number")), build.completed or timezone.now())
+    context.save_documents()
+    withdrawn = Document.objects.filter(build=build, withdrawn__isnull=False, media_type=ZIP_MEDIA_TYPE).count()
+    Build.objects.filter(pk=build.pk).update(
+        documents=Document.objects.filter(build=build, withdrawn__isnull=True).count(),
+        report={**build.report, "withdrawn_packages": withdrawn},
+    )
 
 
 def _pack_batch(packer, source, resource_set, rows):
@@ -296,22 +339,106 @@ def dump_entry(resource_set, package_doc, manifest_doc, md):
 def _write_dump(context, packages, completed):
     """The Resource Dump, or a Resource Dump Index with parts past the entry limit."""
     resource_set, build = context.resource_set, context.build
-    up = {"rel": "up", "href": uris.capability_list_uri(resource_set)}
-    md = {"capability": capabilities.RESOURCEDUMP, "at": w3c_datetime(build.at), "completed": w3c_datetime(completed)}
     limit = app_settings.MAX_ENTRIES_PER_DOCUMENT
+    md, links = heads.head(resource_set, capabilities.RESOURCEDUMP, at=build.at, completed=completed)
     if len(packages) <= limit:
         writer = DocumentWriter()
         for package_doc, manifest_doc, package_md in packages:
             writer.add(dump_entry(resource_set, package_doc, manifest_doc, package_md))
-        context.write(NAME, writer, md=md, links=[up], at=build.at, completed=completed)
+        context.write(NAME, writer, md=md, links=links, at=build.at, completed=completed)
         return
     index = DocumentWriter(root="sitemapindex")
-    index_link = {"rel": "index", "href": uris.document_uri(resource_set, NAME)}
+    _, part_links = heads.head(resource_set, capabilities.RESOURCEDUMP, indexed_by=capabilities.RESOURCEDUMP)
     for start in range(0, len(packages), limit):
         name = f"resourcedump/{build.pk}/dump-{start // limit + 1:05d}.xml"
         writer = DocumentWriter()
         for package_doc, manifest_doc, package_md in packages[start : start + limit]:
             writer.add(dump_entry(resource_set, package_doc, manifest_doc, package_md))
-        context.write(name, writer, md=md, links=[up, index_link], at=build.at, completed=completed)
-        index.add(url_element(uris.document_uri(resource_set, name), md={"at": md["at"], "completed": md["completed"]}, tag="sitemap"))
-    context.write(NAME, index, md=md, links=[up], at=build.at, completed=completed)
+        context.write(name, writer, md=md, links=part_links, at=build.at, completed=completed)
+        index.add(
+            url_element(uris.document_uri(resource_set, name), md={"at": md["at"], "completed": md["completed"]}, tag="sitemap")
+        )
+    context.write(NAME, index, md=md, links=links, at=build.at, completed=completed)
+
+
+def update(resource_set, *, progress=None, batch_size=None, parallel=False, lock=None):
+    """The capability table's way in (see capabilities.py): a new Resource Dump of the set's
+    record as it is (the rebuild brought it up to date)."""
+    return [build_resourcedump(resource_set, refresh=False, progress=lock.renewing(progress), batch_size=batch_size,
+                               parallel=parallel, lock=lock)]
+
+
+# -- withdrawal (see builders.withdrawal) ---------------------------------------------------
+
+
+def withdraw_from_build(build, record_ids, now=None, *, rewrite_after_commit=False):
+    """Withdraw the packages of a Resource Dump build whose parts cover any of ``record_ids``;
+    returns how many. A retired build is removed whole; a published or finishing one has its
+    dump document written again without them."""
+    parts = list(BuildPart.objects.filter(build=build).order_by("after_pk").values_list("number", "after_pk", "last_pk"))
+    if not parts:
+        return 0
+    starts = [after for _number, after, _last in parts]
+    hit = set()
+    for record_id in record_ids:
+        index = bisect.bisect_left(starts, record_id) - 1  # the part with after_pk < id
+        if index >= 0 and record_id <= parts[index][2]:
+            hit.add(parts[index][0])
+    if not hit:
+        return 0
+    if build.status == Build.Status.RETIRED:
+        logger.info("%s held the bytes of a resource that left the set: removed", build)
+        build.delete()  # its files leave storage once this commits (see signals.py)
+        return len(hit)
+    documents = Document.objects.filter(build=build, withdrawn__isnull=True)
+    chosen = [pk for pk, name in documents.values_list("pk", "name") if part_number(name) in hit]
+    withdrawn = _withdraw_documents(Document.objects.filter(pk__in=chosen), now)
+    if withdrawn and rewrite_after_commit:
+        # The packages stop being served with this transaction; the dump's document, a file,
+        # is written again once it has committed, so a storage failure cannot undo the
+        # withdrawal (the document then lists packages that answer 410 until the next rebuild).
+        transaction.on_commit(lambda: _rewrite_quietly(build.pk))
+    elif withdrawn:
+        rewrite_dump(build)
+    return withdrawn
+
+
+def _rewrite_quietly(build_id):
+    try:
+        with transaction.atomic():
+            build = Build.objects.select_for_update().filter(pk=build_id, status=Build.Status.PUBLISHED).first()
+            if build is not None:
+                rewrite_dump(build)
+    except Exception:
+        logger.exception("The Resource Dump of build %s could not be written again after a withdrawal", build_id)
+
+
+def _withdraw_documents(documents, now=None):
+    """Mark documents withdrawn and remove their files once the transaction commits."""
+    found = list(documents.values_list("pk", "storage_name"))
+    if not found:
+        return 0
+    Document.objects.filter(pk__in=[pk for pk, _name in found]).update(withdrawn=now or timezone.now())
+    names = [name for _pk, name in found]
+    transaction.on_commit(lambda: storage.delete_quietly(names))
+    return len(found)
+
+
+def before_publish(context, report):
+    """Before a dump is published (in the transaction that publishes it, under the set's lock):
+    the packages holding resources that left the set since the build started are withdrawn."""
+    leaving = Withdrawal.since(context.resource_set, context.build.started)
+    if leaving and withdraw_from_build(context.build, [record_id for _key, record_id in leaving]):
+        report["withdrawn_packages"] = Document.objects.filter(
+            build=context.build, withdrawn__isnull=False, media_type=ZIP_MEDIA_TYPE
+        ).count()
+
+
+def published(resource_set):
+    """When the set's published Resource Dump was made; ``None`` before the first."""
+    return published_at(resource_set, capabilities.RESOURCEDUMP)
+
+
+def describe(resource_set):
+    """What the admin says of it."""
+    return describe_build(resource_set, capabilities.RESOURCEDUMP)

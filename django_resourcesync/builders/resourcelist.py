@@ -11,11 +11,12 @@ followed by ``part-NNNNN-2.xml`` and so on if its rows pass the byte limit.
 
 from django.utils import timezone
 
-from .. import capabilities, uris
+from .. import capabilities, heads, uris
 from ..conf import app_settings
 from ..models import Document, Resource
 from ..xml.writer import DocumentWriter, url_element, w3c_datetime
-from . import BuildContext, parts
+from . import parts
+from .context import BuildContext, describe_build, published_at
 
 NAME = "resourcelist.xml"
 
@@ -29,9 +30,9 @@ def part_name(build, number, document=1):
     return f"resourcelist/{build.pk}/part-{number:05d}{suffix}.xml"
 
 
-def build_resourcelist(resource_set, *, refresh=True, pending=True, progress=None, batch_size=None, parallel=False, lock=None):
-    """Reconcile the set (unless ``refresh`` is false; first processing its pending changes unless
-    ``pending`` is false), render its Resource List and publish it.
+def build_resourcelist(resource_set, *, refresh=True, progress=None, batch_size=None, parallel=False, lock=None):
+    """Bring the set's record up to date (unless ``refresh`` is false), render its Resource List
+    and publish it.
 
     With ``parallel``, a list past one document is planned as parts that are sent to Celery
     workers as tasks; the build is returned still running, and the task that completes it
@@ -46,7 +47,7 @@ def build_resourcelist(resource_set, *, refresh=True, pending=True, progress=Non
     context = BuildContext(resource_set, capabilities.RESOURCELIST, at=timezone.now())
     batch_size = batch_size or app_settings.BATCH_SIZE
     try:
-        context.bring_up_to_date(refresh=refresh, pending=pending, progress=progress, batch_size=batch_size)
+        context.bring_up_to_date(refresh=refresh, progress=progress, batch_size=batch_size)
         rows = Resource.objects.filter(resource_set=resource_set)
         total = rows.count()
         if total <= app_settings.MAX_ENTRIES_PER_DOCUMENT:
@@ -63,15 +64,10 @@ def build_resourcelist(resource_set, *, refresh=True, pending=True, progress=Non
         raise
 
 
-def _links(resource_set, in_index):
-    links = [{"rel": "up", "href": uris.capability_list_uri(resource_set)}]
-    if in_index:
-        links.append({"rel": "index", "href": uris.document_uri(resource_set, NAME)})
-    return links
-
-
-def _md(build, completed):
-    return {"capability": capabilities.RESOURCELIST, "at": w3c_datetime(build.at), "completed": w3c_datetime(completed)}
+def _head(build, completed, *, in_index=False):
+    """``(md, links)`` of a document of the list: the list, its index, or a part of the index."""
+    return heads.head(build.resource_set, capabilities.RESOURCELIST, at=build.at, completed=completed,
+                      indexed_by=capabilities.RESOURCELIST if in_index else None)
 
 
 def _entries(rows, batch_size):
@@ -90,7 +86,8 @@ def _render_single(context, rows, total, progress, batch_size):
         writer.add(entry)
     completed = timezone.now()
     build = context.build
-    context.write(NAME, writer, md=_md(build, completed), links=_links(context.resource_set, False), at=build.at, completed=completed)
+    md, links = _head(build, completed)
+    context.write(NAME, writer, md=md, links=links, at=build.at, completed=completed)
     if progress:
         progress("resourcelist", writer.count, total)
     return writer.count, completed
@@ -101,7 +98,6 @@ def render_part(context, part, *, progress=None, batch_size):
     ``(documents, entries, report)``. Rendering a part again overwrites its files."""
     build = context.build
     rows = Resource.objects.filter(resource_set=context.resource_set, pk__gt=part.after_pk, pk__lte=part.last_pk)
-    links = _links(context.resource_set, True)
     written = 0
     count = 0
     writer = DocumentWriter()
@@ -109,7 +105,8 @@ def render_part(context, part, *, progress=None, batch_size):
     def finish_document():
         completed = timezone.now()
         name = part_name(build, part.number, written + 1)
-        context.write(name, writer, md=_md(build, completed), links=links, at=build.at, completed=completed, replace=True)
+        md, links = _head(build, completed, in_index=True)
+        context.write(name, writer, md=md, links=links, at=build.at, completed=completed, replace=True)
 
     for entry in _entries(rows, batch_size):
         if not writer.fits(len(entry), app_settings.MAX_ENTRIES_PER_DOCUMENT, app_settings.MAX_DOCUMENT_BYTES):
@@ -149,5 +146,23 @@ def finish(context, done):
             md = {"at": w3c_datetime(build.at), "completed": w3c_datetime(recorded[name].completed)}
             index.add(url_element(uris.document_uri(resource_set, name), md=md, tag="sitemap"))
     completed = timezone.now()
-    context.write(NAME, index, md=_md(build, completed), links=_links(resource_set, False), at=build.at, completed=completed)
+    md, links = _head(build, completed)
+    context.write(NAME, index, md=md, links=links, at=build.at, completed=completed)
     return sum(part.entries for part in done), completed, {}
+
+
+def update(resource_set, *, progress=None, batch_size=None, parallel=False, lock=None):
+    """The capability table's way in (see capabilities.py): a new Resource List of the set's
+    record as it is (the rebuild brought it up to date)."""
+    return [build_resourcelist(resource_set, refresh=False, progress=lock.renewing(progress), batch_size=batch_size,
+                               parallel=parallel, lock=lock)]
+
+
+def published(resource_set):
+    """When the set's published Resource List was made; ``None`` before the first."""
+    return published_at(resource_set, capabilities.RESOURCELIST)
+
+
+def describe(resource_set):
+    """What the admin says of it."""
+    return describe_build(resource_set, capabilities.RESOURCELIST)

@@ -23,7 +23,9 @@ _TEXT_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "\r": "&#
 _NEEDS_WORK = re.compile("[&<>\"\t\n\r\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 
 # Order of rs:md attributes in what we write (any order is valid; a fixed one reads better).
-MD_ATTRIBUTES = ("capability", "change", "datetime", "at", "completed", "from", "until", "hash", "length", "type", "path", "encoding")
+MD_ATTRIBUTES = (
+    "capability", "change", "datetime", "at", "completed", "from", "until", "hash", "length", "type", "path", "encoding"
+)
 LN_ATTRIBUTES = ("rel", "href", "type", "length", "hash", "modified", "pri", "encoding", "profile", "path")
 
 

@@ -38,7 +38,8 @@ class BitstreamSource(sources.ResourceSource):
     def links(self, obj):
         return [
             {"rel": "collection", "href": reverse("repository:item", kwargs={"pk": obj.item_id})},
-            {"rel": "describedby", "href": reverse("repository:item-metadata", kwargs={"pk": obj.item_id}), "type": "application/xml"},
+            {"rel": "describedby", "href": reverse("repository:item-metadata", kwargs={"pk": obj.item_id}),
+             "type": "application/xml"},
         ]
 
 

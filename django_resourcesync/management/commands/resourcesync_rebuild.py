@@ -2,11 +2,13 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ... import sweep
 from ...capabilities import CAPABILITY_CHOICES
-from ...models import ResourceSet
+from ...models import LeftOut, ResourceSet
 from ...progress import ProgressBar
 from ...rebuild import rebuild_set
 from ...sources import NotRegistered
+from ...tasks import rebuild_set_task
 
 
 class Command(BaseCommand):
@@ -26,15 +28,18 @@ class Command(BaseCommand):
 
     def handle(self, *args, sets=None, only=None, batch_size=None, run_async=False, verbosity=1, **options):
         known = [c for c, _ in CAPABILITY_CHOICES]
-        only = [c.strip() for c in only.split(",") if c.strip()] if only else None
+        if only is not None:
+            only = [c.strip() for c in only.split(",") if c.strip()]
+            if not only:  # rebuild_set reads an empty list as "every capability": not what was asked
+                raise CommandError(f"--only names no capability. Known: {', '.join(known)}.")
         if only and not set(only) <= set(known):
-            raise CommandError(f"Unknown capability in --only: {', '.join(sorted(set(only) - set(known)))}. Known: {', '.join(known)}.")
+            raise CommandError(
+                f"Unknown capability in --only: {', '.join(sorted(set(only) - set(known)))}. Known: {', '.join(known)}."
+            )
         if batch_size is not None and batch_size < 1:
             raise CommandError("--batch-size must be positive.")
         resource_sets = self.resource_sets(sets)
         if run_async:
-            from ...tasks import rebuild_set_task
-
             for resource_set in resource_sets:
                 result = rebuild_set_task.delay(resource_set.pk, only, batch_size)
                 self.stdout.write(f"{resource_set.slug}: task {result.id}")
@@ -64,12 +69,21 @@ class Command(BaseCommand):
             if verbosity >= 2:
                 for build in done:
                     self.stdout.write(
-                        f"{resource_set.slug}: {build.capability} build {build.pk}, {build.entries} entries in {build.documents} file(s)"
+                        f"{resource_set.slug}: {build.capability} build {build.pk}, "
+                        f"{build.entries} entries in {build.documents} file(s)"
                     )
+        try:  # files left by killed or failed builds, builds whose process is gone
+            swept = sweep.sweep()
+            if verbosity >= 2:
+                self.stdout.write(f"storage sweep: {swept}")
+        except Exception as exc:  # the builds are published; the next sweep tries again
+            self.stderr.write(f"storage sweep failed: {exc}")
+        left_out = LeftOut.objects.filter(resource_set__in=resource_sets).count()
         self.stdout.write(
             f"Built {len(builds)} capability document(s) for {len(resource_sets)} set(s): "
             f"{sum(b.entries for b in builds)} entries in {sum(b.documents for b in builds)} file(s), "
             f"{time.monotonic() - started:.1f}s" + (f"; failed: {', '.join(failed)}" if failed else "")
+            + (f"; {left_out} object(s) left out, they cannot be published (see the builds' reports)" if left_out else "")
         )
         if failed:
             raise CommandError(f"{len(failed)} set(s) failed to build: {', '.join(failed)}.")

@@ -31,12 +31,13 @@ import os
 import threading
 import time
 
+from celery import current_app
 from django.db import connections, router, transaction
 from django.utils import timezone
 
-from . import bulk
-from .conf import app_settings
-from .models import PendingChange
+from .. import bulk
+from ..conf import app_settings
+from ..models import PendingChange
 
 logger = logging.getLogger(__name__)
 
@@ -65,12 +66,14 @@ def takes_concurrent_writers(connection):
     return str(connection.settings_dict.get("OPTIONS", {}).get("transaction_mode", "")).upper() in ("IMMEDIATE", "EXCLUSIVE")
 
 
+#: The task that processes pending changes, found by its stable name (:mod:`..tasks` defines it).
+PROCESS_CHANGES = "resourcesync.process_changes"
+
+
 def processing_task():
     """The ``resourcesync.process_changes`` task of the Celery app current in this thread (the
     app is a per-thread setting in Celery: the dispatcher thread sends with the saver's)."""
-    from .tasks import process_changes_task
-
-    return process_changes_task._get_current_object()
+    return current_app.tasks[PROCESS_CHANGES]
 
 
 def in_background(task):
@@ -171,7 +174,9 @@ class Dispatcher:
         names = sorted(set().union(*sources.values())) if sources else []
         for using, using_rows in rows.items():
             if not self._attempt(f"write {len(using_rows)} pending changes", self._write, using, using_rows):
-                logger.error("%d pending changes of %s could not be written; the next reconcile finds them", len(using_rows), names)
+                logger.error(
+                    "%d pending changes of %s could not be written; the next reconcile finds them", len(using_rows), names
+                )
         for task, task_sources in sources.items():
             if task_sources and not self._attempt("queue change processing", send, task, task_sources):
                 logger.error("Change processing for %s could not be queued; it waits for the next run", sorted(task_sources))

@@ -1,0 +1,200 @@
+"""A build in progress: the files it writes, and its publication in one switch-over."""
+
+import logging
+import posixpath
+import shutil
+import tempfile
+import traceback
+import uuid
+
+from django.db import transaction
+from django.utils import timezone
+
+from .. import capabilities, storage, tracking
+from ..conf import app_settings
+from ..exceptions import BuildAbandoned
+from ..models import Build, Document, LeftOut, ResourceSet
+
+logger = logging.getLogger(__name__)
+
+
+class BuildContext:
+    """A running build: collects the files written, publishes them or cleans them up.
+
+    ``BuildContext(build=build)`` takes up a build started elsewhere (a part rendered by a task).
+    """
+
+    def __init__(self, resource_set=None, capability=None, at=None, *, build=None):
+        if build is None:
+            build = Build.objects.create(resource_set=resource_set, capability=capability, at=at)
+        self.build = build
+        self.resource_set = build.resource_set
+        self.capability = build.capability
+        self.documents = []
+
+    def take_snapshot_time(self):
+        """Set the build's ``at`` to now, taken under the set's lock: a change being written
+        waits until it has committed, and every change written later has a later datetime. So
+        the documents plus the changes after ``at`` are the current state."""
+        with tracking.locked(self.resource_set):
+            self.build.at = timezone.now()
+        self.build.save(update_fields=["at"])
+
+    def bring_up_to_date(self, *, refresh=True, progress=None, batch_size=None):
+        """Bring the set's record in line with the site (unless ``refresh`` is false: the caller
+        did), then take the snapshot time."""
+        if refresh:
+            tracking.refresh(self.resource_set, progress=progress, batch_size=batch_size)
+        self.take_snapshot_time()
+
+    #: Write under names no file had before (a document written again into a published build:
+    #: the old file is deleted once the transaction commits, and a storage that overwrites
+    #: files must not let that deletion take the new one).
+    fresh_names = False
+
+    def storage_name(self, name):
+        name = posixpath.basename(name)
+        if self.fresh_names:
+            stem, dot, extension = name.rpartition(".")
+            name = f"{stem}-{uuid.uuid4().hex[:12]}{dot}{extension}"
+        return storage.storage_name(self.resource_set.slug, self.build.pk, name)
+
+    def write(self, name, writer, *, md, links=(), at=None, completed=None, keep=None, replace=False):
+        """Finish a :class:`~django_resourcesync.xml.writer.DocumentWriter` into storage as
+        ``name``. ``keep``, a binary file, also receives the document (a manifest that goes into
+        a package too). ``replace`` first deletes a file left under that name (by an attempt at
+        a part that was killed before it recorded it), so the name stays the same."""
+        with tempfile.TemporaryFile() as tmp:
+            writer.finish(tmp, md=md, links=links)
+            if keep is not None:
+                tmp.seek(0)
+                shutil.copyfileobj(tmp, keep)
+            if replace:
+                storage.get_storage().delete(self.storage_name(name))
+            stored = storage.save_or_remove(self.storage_name(name), tmp)
+        return self.record(name, stored, entries=writer.count, size=writer.size, sha256=writer.sha256,
+                           is_index=writer.root == "sitemapindex", at=at, completed=completed)
+
+    def record(
+        self, name, stored, *, entries, size, sha256, media_type="application/xml", is_index=False, at=None, completed=None
+    ):
+        """Note a file written into storage as part of this build."""
+        document = Document(
+            build=self.build,
+            resource_set=self.resource_set,
+            name=name,
+            storage_name=stored,
+            media_type=media_type,
+            is_index=is_index,
+            entries=entries,
+            size=size,
+            sha256=sha256,
+            at=at,
+            completed=completed,
+        )
+        self.documents.append(document)
+        return document
+
+    def discard_record(self):
+        """Forget the build row, keeping the files (for packages that are not replaceable builds)."""
+        self.build.delete()
+
+    def discard(self):
+        """Remove the files written, those recorded by parts too."""
+        storage.delete_quietly([document.storage_name for document in self.documents])
+        self.documents = []
+        # Their files leave storage once this commits (see signals.py).
+        Document.objects.filter(build=self.build).delete()
+
+    def save_documents(self):
+        """Record the files written so far in the database (a part's, while the build runs)."""
+        Document.objects.bulk_create(self.documents)
+        self.documents = []
+
+    def publish(self, *, entries, completed, report=None, prepare=None):
+        """Switch readers over to this build, in one transaction; prune old builds after it.
+        ``prepare(context, report)``, the capability's last word, runs first in that
+        transaction, under the set's lock (see resourcedump.before_publish)."""
+        build = self.build
+        report = dict(report or {})
+        with transaction.atomic():
+            # The set's row first, as change tracking takes it: a resource that leaves the set
+            # is either already gone when this runs, or leaves the published build.
+            ResourceSet.objects.select_for_update().filter(pk=self.resource_set.pk).first()
+            if Build.objects.select_for_update().get(pk=build.pk).status != Build.Status.RUNNING:
+                raise BuildAbandoned(f"{build} is no longer running; not published")
+            self.save_documents()
+            if prepare is not None:
+                prepare(self, report)
+            if capabilities.get(self.capability).lists_resources:
+                report.update(left_out_report(self.resource_set))
+            previous = Build.objects.select_for_update().filter(
+                resource_set=self.resource_set, capability=self.capability, status=Build.Status.PUBLISHED
+            )
+            previous.update(status=Build.Status.RETIRED)
+            build.status = Build.Status.PUBLISHED
+            build.entries = entries
+            build.documents = Document.objects.filter(build=build, withdrawn__isnull=True).count()
+            build.completed = completed
+            build.report = report
+            build.finished = timezone.now()
+            build.save()
+            stale = Build.objects.filter(
+                resource_set=self.resource_set, capability=self.capability, status=Build.Status.RETIRED
+            ).order_by("-pk")[app_settings.KEEP_BUILDS :]
+            # Their files leave storage once this commits (see signals.py).
+            Build.objects.filter(pk__in=list(stale.values_list("pk", flat=True))).delete()
+        return build
+
+    def fail(self, exc):
+        """Mark the build failed and remove its files. A build that is no longer running (a
+        duplicate of a part failing after another copy finished the build) is left as it is."""
+        with transaction.atomic():
+            if not Build.objects.select_for_update().filter(pk=self.build.pk, status=Build.Status.RUNNING).exists():
+                logger.warning("Build %s is no longer running; not marked failed: %s", self.build, exc)
+                return
+            self.discard()
+            self.build.status = Build.Status.FAILED
+            self.build.error = "".join(traceback.format_exception(exc))[-10_000:]
+            self.build.finished = timezone.now()
+            self.build.save(update_fields=["status", "error", "finished"])
+        logger.error("Build %s failed: %s", self.build, exc)
+
+
+#: How many left-out objects a build's report names (the admin lists them all).
+LEFT_OUT_EXAMPLES = 20
+
+
+def left_out_report(resource_set):
+    """What a build reports of the set's objects that could not be published: ``{}`` if none."""
+    left_out = LeftOut.objects.filter(resource_set=resource_set)
+    count = left_out.count()
+    if not count:
+        return {}
+    examples = [
+        {"object": key, "reason": reason}
+        for key, reason in left_out.order_by("object_pk").values_list("object_pk", "reason")[:LEFT_OUT_EXAMPLES]
+    ]
+    return {"left_out": count, "left_out_objects": examples}
+
+
+def describe_build(resource_set, capability):
+    """A line for the admin on the set's published build of ``capability``; ``None`` if none."""
+    build = current_build(resource_set, capability)
+    if build is None:
+        return None
+    return f"{build.entries} entries in {build.documents} file(s), at {build.at:%Y-%m-%d %H:%M:%S}Z"
+
+
+def published_at(resource_set, capability):
+    """When the set's published build of ``capability`` finished; ``None`` if there is none."""
+    build = current_build(resource_set, capability)
+    return build.finished if build is not None else None
+
+
+def current_build(resource_set, capability):
+    return (
+        Build.objects.filter(resource_set=resource_set, capability=capability, status=Build.Status.PUBLISHED)
+        .order_by("-pk")
+        .first()
+    )

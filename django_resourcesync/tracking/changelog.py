@@ -1,0 +1,167 @@
+"""The change log: events appended to a set's open Change List, lists closed into storage.
+
+A set's change log is cut into Change Lists (spec section 12.1). The newest is open: it has no
+``until``, and it takes every event as it is written. A list closes when it reaches
+``MAX_ENTRIES_PER_DOCUMENT`` entries or when its period (``CHANGELIST_PERIOD``, aligned on the
+epoch: whole hours, whole days) is over; closing writes it once into storage, immutable, with
+``until``, and opens the next list from that datetime. Closed lists older than
+``CHANGELIST_RETENTION`` are dropped, with the Change Dump packages of their events. Serving the
+lists and their index is :mod:`django_resourcesync.builders.changelist`'s.
+"""
+
+import datetime
+import tempfile
+
+from django.db import router
+from django.utils import timezone
+
+from .. import bulk, capabilities, heads, storage
+from ..conf import app_settings
+from ..models import ChangeEvent, ChangeList
+from ..xml.writer import DocumentWriter, change_entry, w3c_datetime
+
+NAME = "changelist.xml"
+# Periods are counted from a Monday midnight (UTC), so weeks start on Mondays, days at midnight.
+EPOCH = datetime.datetime(1970, 1, 5, tzinfo=datetime.timezone.utc)
+PERIODS = {"hourly": 3600, "daily": 86400, "weekly": 7 * 86400}
+
+
+def period_seconds():
+    value = app_settings.CHANGELIST_PERIOD
+    return PERIODS.get(value, value)
+
+
+def period_end(moment):
+    """The first period boundary strictly after ``moment``."""
+    period = period_seconds()
+    elapsed = (moment - EPOCH).total_seconds()
+    return EPOCH + datetime.timedelta(seconds=(int(elapsed // period) + 1) * period)
+
+
+def part_name(number):
+    return f"changelist/{number}.xml"
+
+
+def start_log(resource_set, moment=None):
+    """Open the set's first Change List (from ``moment``, default now) unless it has one."""
+    if not resource_set.changelists.exists():
+        ChangeList.objects.create(resource_set=resource_set, number=1, from_time=moment or timezone.now())
+
+
+class ChangeLog:
+    """Appends change events to a set's open Change List. Use it only while holding the set's
+    row lock (:func:`django_resourcesync.tracking.locked`)."""
+
+    def __init__(self, resource_set):
+        self.resource_set = resource_set
+        self.open = ChangeList.objects.filter(resource_set=resource_set, until__isnull=True).first()
+        if self.open is None:
+            last = resource_set.changelists.order_by("-number").first()
+            self.open = ChangeList.objects.create(
+                resource_set=resource_set,
+                number=last.number + 1 if last else 1,
+                from_time=last.until if last else timezone.now(),
+            )
+
+    def append(self, changes):
+        """Write :class:`~django_resourcesync.tracking.Change` objects as change events, in
+        order. Datetimes never go backwards, whatever the clock."""
+        now = timezone.now()
+        done = 0
+        while done < len(changes):
+            # Every event of a call has the same datetime (the clock's, or the last event's if
+            # the clock went back), so a list can only close before the first one, or when full.
+            moment = max(now, self.open.last_datetime or self.open.from_time)
+            until = self._closing_point(moment)
+            if until is not None:
+                self._close(until)
+                moment = max(moment, self.open.from_time)
+            batch = changes[done : done + app_settings.MAX_ENTRIES_PER_DOCUMENT - self.open.entries]
+            stamp = w3c_datetime(moment)
+            set_id, list_id = self.resource_set.pk, self.open.pk
+            self._insert([
+                (
+                    set_id, list_id, change.object_pk, change.uri, change.change, moment,
+                    change.lastmod, change.md5, change.sha256, change.length, change.media_type,
+                    change_entry(
+                        change.uri, change.change, stamp, change.lastmod, change.md5, change.sha256,
+                        change.length, change.media_type, change.links
+                    ),
+                )
+                for change in batch
+            ])
+            self.open.entries += len(batch)
+            self.open.last_datetime = moment
+            done += len(batch)
+        if changes:
+            self.open.save(update_fields=["entries", "last_datetime"])
+
+    EVENT_FIELDS = (
+        "resource_set_id", "changelist_id", "object_pk", "uri", "change", "datetime",
+        "lastmod", "md5", "sha256", "length", "media_type", "entry_xml",
+    )
+
+    def _insert(self, rows):
+        bulk.insert(ChangeEvent, self.EVENT_FIELDS, rows, router.db_for_write(ChangeEvent))
+
+    def _closing_point(self, moment):
+        """``until`` for the open list if an event at ``moment`` may not join it, else ``None``."""
+        current = self.open
+        if not current.entries:
+            return None
+        if current.entries >= app_settings.MAX_ENTRIES_PER_DOCUMENT:
+            return current.last_datetime
+        boundary = period_end(current.last_datetime)
+        return boundary if boundary <= moment else None
+
+    def _close(self, until):
+        self.open.save(update_fields=["entries", "last_datetime"])
+        close(self.open, until)
+        self.open = ChangeList.objects.create(resource_set=self.resource_set, number=self.open.number + 1, from_time=until)
+
+
+def close(changelist, until):
+    """Close a list at ``until``: write it into storage for good."""
+    changelist.until = until
+    with tempfile.TemporaryFile() as tmp:
+        writer = render_list(changelist, tmp, has_index=True)
+        changelist.storage_name = storage.save_or_remove(
+            storage.storage_name(changelist.resource_set.slug, "changelists", f"changelist-{changelist.number:06d}.xml"), tmp
+        )
+    changelist.size, changelist.sha256 = writer.size, writer.sha256
+    changelist.save(update_fields=["until", "storage_name", "size", "sha256"])
+
+
+def close_due(resource_set, now=None):
+    """Close the open list if its period is over; drop closed lists past retention. For beat."""
+    now = now or timezone.now()
+    current = ChangeList.objects.filter(resource_set=resource_set, until__isnull=True).first()
+    if current is not None and current.entries and period_end(current.last_datetime) <= now:
+        ChangeLog(resource_set)._close(period_end(current.last_datetime))
+    retention = app_settings.CHANGELIST_RETENTION
+    if retention:
+        cutoff = now - datetime.timedelta(seconds=retention)
+        # Deleting a list deletes its events, and its file once the deletion commits; the same
+        # goes for Change Dump packages. A package goes with the oldest events it holds: once
+        # they are gone, nothing could find it to withdraw it when a resource in it leaves.
+        old_lists = ChangeList.objects.filter(resource_set=resource_set, until__lt=cutoff)
+        last_event = ChangeEvent.objects.filter(changelist__in=old_lists).order_by("-id").values_list("id", flat=True).first()
+        old_packages = resource_set.changedump_packages.filter(until__lt=cutoff)
+        if last_event is not None:
+            old_packages = old_packages | resource_set.changedump_packages.filter(first_event__lte=last_event)
+        for old in old_packages:
+            old.delete()
+        for old in old_lists:
+            old.delete()
+
+
+def render_list(changelist, fileobj, *, has_index):
+    """Write one Change List into ``fileobj``; returns the finished writer."""
+    resource_set = changelist.resource_set
+    writer = DocumentWriter()
+    entries = changelist.changes.order_by("id").values_list("entry_xml", flat=True)
+    for entry in entries.iterator(chunk_size=app_settings.BATCH_SIZE):
+        writer.add(entry)
+    md, links = heads.head(resource_set, capabilities.CHANGELIST, from_=changelist.from_time, until=changelist.until,
+                           indexed_by=capabilities.CHANGELIST if has_index else None)
+    return writer.finish(fileobj, md=md, links=links)

@@ -1,0 +1,52 @@
+"""Receivers of change tracking, connected in ``AppConfig.ready()``.
+
+Change tracking listens to ``post_save`` and ``post_delete`` of every model a registered source
+tracks (its items' model and its ``related_models``). A handler does one cheap thing inside the
+saving transaction: it records the object as a pending change (see :mod:`.outbox`); the
+comparison, hashing and change events happen after the commit, off the request.
+"""
+
+from celery.signals import task_postrun
+from django.db.models.signals import post_delete, post_save
+
+from ..sources import registry
+from . import is_enabled, outbox
+
+
+def object_changed(sender, instance, raw=False, using=None, signal=None, **kwargs):
+    """A tracked object was saved or deleted: record it as a pending change of each source it
+    concerns. A related object is recorded as such (the source's objects it affects are looked
+    up after the commit), except when it is deleted: then they are looked up now."""
+    if not is_enabled() or getattr(instance, "_resourcesync_skip", False):
+        return
+    rows = []
+    for source in registry.sources_tracking(sender):
+        related = source.related_label(sender)
+        if not related:
+            rows.append((source.name, str(instance.pk), ""))
+        elif raw:
+            continue  # fixture loading: related objects may not be there yet; reconcile covers it
+        elif signal is post_delete:
+            rows.extend((source.name, str(key), "") for key in source.affected(instance))
+        else:
+            rows.append((source.name, str(instance.pk), related))
+    outbox.record(rows, using=using, saved=True)
+
+
+def connect_tracked_models():
+    """Listen to the models of every registered source (idempotent)."""
+    models = {model for source in registry.sources() for model in source.tracked_models()}
+    for model in models:
+        uid = f"resourcesync_track_{model._meta.label_lower}"
+        post_save.connect(object_changed, sender=model, dispatch_uid=uid + "_save")
+        post_delete.connect(object_changed, sender=model, dispatch_uid=uid + "_delete")
+
+
+def flush_after_task(**kwargs):
+    """A Celery task that saved tracked objects hands their pending changes over before the
+    worker takes the next task (or exits)."""
+    outbox.dispatcher.flush()
+
+
+def connect_celery():
+    task_postrun.connect(flush_after_task, dispatch_uid="resourcesync_flush_pending_changes", weak=False)

@@ -1,0 +1,323 @@
+"""Writing changes: compare objects with a set's record, write what differs and its change events."""
+
+import logging
+from dataclasses import dataclass, field
+
+from django.db import DatabaseError, router
+from django.utils import timezone
+
+from .. import bulk
+from ..exceptions import UnpublishableResource
+from ..models import LeftOut, Resource
+from ..signals import resources_left
+from ..sources import Representation
+from ..xml.writer import resource_entry
+from .changelog import ChangeLog
+
+logger = logging.getLogger(__name__)
+
+
+RENDERED_FIELDS = ("uri", "lastmod", "changefreq", "md5", "sha256", "length", "media_type", "links")
+ENTRY_FIELDS = (*RENDERED_FIELDS, "fingerprint", "entry_xml")
+# What a Destination fetches: a change of any of these is an "updated" event.
+REPRESENTATION_FIELDS = ("md5", "sha256", "length", "media_type")
+
+
+@dataclass
+class ChangeCounts:
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+    skipped: int = 0
+    failed_sets: int = 0
+
+    def add(self, other):
+        for name in ("created", "updated", "deleted", "unchanged", "skipped", "failed_sets"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def __str__(self):
+        return (
+            f"{self.created} created, {self.updated} updated, {self.deleted} deleted, "
+            f"{self.unchanged} unchanged, {self.skipped} skipped"
+            + (f", {self.failed_sets} set(s) failed" if self.failed_sets else "")
+        )
+
+
+# -- describing an object -------------------------------------------------------------------
+
+
+def fingerprint_of(source, obj):
+    return _stored(source.fingerprint(obj))
+
+
+def _stored(fingerprint):
+    return "" if fingerprint is None else str(fingerprint)[:512]
+
+
+def fingerprints_of_rows(source, rows):
+    """``{key: fingerprint}`` of ``values_list("pk", *source.fingerprint_fields)`` rows."""
+    return {str(pk): _stored(source.fingerprint_of_values(values)) for pk, *values in rows}
+
+
+def matching_fingerprints(resource_set, fingerprints):
+    """The keys of ``{key: fingerprint}`` whose record in the set has that fingerprint."""
+    recorded = bulk.filter_in(Resource.objects.filter(resource_set=resource_set), "object_pk", fingerprints)
+    return {
+        key
+        for key, fingerprint in recorded.values_list("object_pk", "fingerprint")
+        if fingerprint and fingerprints[key] == fingerprint
+    }
+
+
+def entry_values(source, obj, known=None, fingerprint=None):
+    """Field values of the Resource row for ``obj``; reuses the hashes of ``known`` (its
+    record, a dict) when its fingerprint did not change. Raises UnpublishableResource when
+    ``obj`` cannot be listed."""
+    if fingerprint is None:
+        fingerprint = fingerprint_of(source, obj)
+    representation = None
+    if known is not None and fingerprint and known["fingerprint"] == fingerprint and known["sha256"]:
+        representation = Representation(known["md5"], known["sha256"], known["length"], known["media_type"] or None)
+    entry = source.entry(obj, known=representation)
+    values = {
+        "uri": entry.uri,
+        "lastmod": entry.lastmod,
+        "changefreq": entry.changefreq or "",
+        "md5": entry.md5,
+        "sha256": entry.sha256,
+        "length": entry.length,
+        "media_type": entry.media_type or "",
+        "links": entry.links,
+        "fingerprint": fingerprint,
+    }
+    values["entry_xml"] = resource_entry(**{name: values[name] for name in RENDERED_FIELDS})
+    return values
+
+
+def describe_failure(exc):
+    """Why an object could not be published, in a line an operator can act on."""
+    if isinstance(exc, UnpublishableResource):
+        return str(exc)[:2000]
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+# -- writing changes ------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Change:
+    """A change a Destination must learn about, on its way into the set's change log."""
+
+    object_pk: str
+    uri: str
+    change: str
+    lastmod: object = None
+    md5: str = ""
+    sha256: str = ""
+    length: int = None
+    media_type: str = ""
+    links: list = field(default_factory=list)
+
+    @classmethod
+    def of(cls, key, change, values):
+        """A ``created`` or ``updated`` change with what ``values`` say of the resource (a
+        ``deleted`` one says nothing of what was removed: ``Change(key, uri, "deleted")``)."""
+        return cls(
+            key, values["uri"], change, values["lastmod"], values["md5"], values["sha256"],
+            values["length"], values["media_type"], values["links"]
+        )
+
+
+RECORD_FIELDS = ("resource_set_id", "object_pk", *ENTRY_FIELDS, "recorded")
+
+
+#: A batch of at least this many objects that all fail to be described fails as a whole.
+SYSTEMIC_FAILURE = 20
+
+
+class SourceUnavailable(RuntimeError):
+    """Every object of a batch failed: the source (or its storage) is down, not the objects bad."""
+
+
+class SetWriter:
+    """Applies changes to one set inside a transaction that holds the set's row lock."""
+
+    def __init__(self, resource_set, *, record_events):
+        self.resource_set = resource_set
+        self.source = resource_set.get_source()
+        self.record_events = record_events
+        self.log = ChangeLog(resource_set) if record_events else None
+        self.counts = ChangeCounts()
+        self.using = router.db_for_write(Resource)
+        self._any_left_out = None
+
+    def apply(self, objects, fingerprints=None):
+        """``objects``: ``{object_pk: obj or None}``, ``None`` for an object that is not (or no
+        longer) among the set's items. ``fingerprints``: those of the objects, read in the
+        database (``fingerprint_fields``) before the objects were, else they are read here."""
+        keys, fingerprints = self._unvouched(objects, fingerprints)
+        known = self._records([key for key in keys if objects[key] is not None], ("id", "object_pk", *ENTRY_FIELDS))
+        # Of an object that is gone, only what its deletion needs.
+        known.update(self._records([key for key in keys if objects[key] is None], ("id", "object_pk", "uri")))
+        writes, gone, changes = {}, [], []  # writes: {key: values} of rows to (re)write
+        left_out = {}  # {key: reason} of objects that cannot be listed
+        withdrawn = {}  # {key: record id} of resources that leave the set
+        for key in keys:
+            obj, row = objects[key], known.get(key)
+            values = None
+            if obj is not None:
+                try:
+                    values = entry_values(self.source, obj, row, fingerprints.get(key))
+                except DatabaseError:
+                    raise  # the transaction is broken: the whole batch fails, nothing is lost
+                except Exception as exc:  # one bad object must not stop the set: it is left out
+                    left_out[key] = describe_failure(exc)
+                    self.counts.skipped += 1
+            if values is None:
+                if row is not None:
+                    gone.append(row["id"])
+                    changes.append(Change(key, row["uri"], "deleted"))
+                    withdrawn[key] = row["id"]
+                continue
+            if row is None:
+                writes[key] = values
+                changes.append(Change.of(key, "created", values))
+                continue
+            changed = [name for name, value in values.items() if row[name] != value]
+            if not changed:
+                self.counts.unchanged += 1
+                continue
+            if "uri" in changed:
+                # A resource that moves is, to a Destination, one deleted and one created.
+                changes.append(Change(key, row["uri"], "deleted"))
+                changes.append(Change.of(key, "created", values))
+            elif any(name in changed for name in REPRESENTATION_FIELDS):
+                changes.append(Change.of(key, "updated", values))
+            else:
+                self.counts.unchanged += 1  # only lastmod, links or the like: no event
+            writes[key] = values
+            gone.append(row["id"])  # rewritten below: cheaper than an UPDATE per row
+        present = sum(1 for key in keys if objects[key] is not None)
+        if len(left_out) >= SYSTEMIC_FAILURE and len(left_out) == present:
+            # Every object of the batch failed: the storage or the source is down, not the
+            # objects bad. The batch fails (nothing is lost, it is tried again) rather than take
+            # every resource out of the set.
+            example = next(iter(left_out.values()))
+            raise SourceUnavailable(f"all {present} objects of a batch of {self.resource_set.slug} failed, e.g.: {example}")
+        refused = self._uri_clashes(writes)
+        if refused:
+            # A refused object keeps its record as it was, so none of its events stand.
+            writes = {key: values for key, values in writes.items() if key not in refused}
+            kept = {known[key]["id"] for key in refused if key in known}
+            gone = [row_id for row_id in gone if row_id not in kept]
+            changes = [change for change in changes if change.object_pk not in refused]
+        if gone:
+            bulk.filter_in(Resource.objects.all(), "pk", gone).delete()
+        self._note_left_out(left_out, [key for key in keys if key not in left_out])
+        if withdrawn:
+            # What held their bytes stops serving them, in this transaction (builders.withdrawal).
+            resources_left.send(sender=type(self.resource_set), resource_set=self.resource_set, leaving=withdrawn)
+        now = timezone.now()
+        set_id = self.resource_set.pk
+        rows = {key: (set_id, key, *(values[name] for name in ENTRY_FIELDS), now) for key, values in writes.items()}
+        # A rewritten record keeps its key: builds plan their parts by key ranges.
+        bulk.insert(
+            Resource, ("id", *RECORD_FIELDS), [(known[key]["id"], *row) for key, row in rows.items() if key in known], self.using
+        )
+        bulk.insert(Resource, RECORD_FIELDS, [row for key, row in rows.items() if key not in known], self.using)
+        for change in changes:
+            setattr(self.counts, change.change, getattr(self.counts, change.change) + 1)
+        if self.record_events:
+            self.log.append(changes)
+
+    def _note_left_out(self, left_out, others):
+        """Record the objects that could not be listed (reported by builds and the admin) and
+        forget those that were described, or left the set, since."""
+        if left_out:
+            now = timezone.now()
+            known = set(
+                bulk.filter_in(LeftOut.objects.filter(resource_set=self.resource_set), "object_pk", left_out)
+                .values_list("object_pk", flat=True)
+            )
+            for key, reason in left_out.items():
+                if key not in known:
+                    logger.error("Set %s: object %s is left out, it cannot be published: %s", self.resource_set.slug, key, reason)
+            bulk.filter_in(LeftOut.objects.filter(resource_set=self.resource_set), "object_pk", known).update(last_seen=now)
+            LeftOut.objects.bulk_create(
+                [LeftOut(resource_set=self.resource_set, object_pk=key, reason=reason, first_seen=now, last_seen=now)
+                 for key, reason in left_out.items() if key not in known]
+            )
+        if others and self._has_left_out():
+            bulk.filter_in(LeftOut.objects.filter(resource_set=self.resource_set), "object_pk", others).delete()
+
+    def _has_left_out(self):
+        if self._any_left_out is None:
+            self._any_left_out = LeftOut.objects.filter(resource_set=self.resource_set).exists()
+        return self._any_left_out
+
+    def _records(self, keys, fields):
+        """``{object_pk: {field: value}}`` of the set's records of ``keys``."""
+        if not keys:
+            return {}
+        recorded = bulk.filter_in(Resource.objects.filter(resource_set=self.resource_set), "object_pk", keys)
+        return {row["object_pk"]: row for row in recorded.values(*fields)}
+
+    def _unvouched(self, objects, fingerprints=None):
+        """The keys of ``objects`` to describe and compare with their record, and the
+        fingerprints computed on the way. When the source's fingerprint covers its entries, an
+        object whose fingerprint matches its record's is left out, unchanged, unread."""
+        present = {key: obj for key, obj in objects.items() if obj is not None}
+        if fingerprints is None:
+            fingerprints = self._fingerprints(present)
+        else:  # one that joined the items since they were read has none yet: described, "" kept
+            fingerprints = {key: fingerprints.get(key, "") for key in present}
+        if not self.source.fingerprint_covers_entry:
+            return list(objects), fingerprints
+        unchanged = matching_fingerprints(self.resource_set, fingerprints)
+        self.counts.unchanged += len(unchanged)
+        return [key for key in objects if key not in unchanged], fingerprints
+
+    def read_fingerprints(self, pks):
+        """``{key: fingerprint}`` of the objects ``pks`` that are among the set's items, read in
+        the database (``fingerprint_fields``) in one query. Read them before the objects: a
+        fingerprint newer than the object it is stored with would hide that object's change."""
+        if not pks:
+            return {}
+        queryset = bulk.filter_in(self.source.queryset(self.resource_set.lookups), "pk", pks)
+        return fingerprints_of_rows(self.source, queryset.values_list("pk", *self.source.fingerprint_fields))
+
+    def _fingerprints(self, objects):
+        if self.source.fingerprint_fields:
+            return self.read_fingerprints([obj.pk for obj in objects.values()])
+        fingerprints = {}
+        for key, obj in objects.items():
+            try:
+                fingerprints[key] = fingerprint_of(self.source, obj)
+            except DatabaseError:
+                raise
+            except Exception:
+                pass  # described below, where it is reported
+        return fingerprints
+
+    def _uri_clashes(self, writes):
+        """Keys of objects whose URI another object of the set already publishes: left out."""
+        if not writes:
+            return set()
+        found = bulk.filter_in(
+            Resource.objects.filter(resource_set=self.resource_set), "uri", [values["uri"] for values in writes.values()]
+        )
+        taken = dict(found.values_list("uri", "object_pk"))
+        refused = set()
+        for key, values in writes.items():
+            owner = taken.get(values["uri"])
+            if owner is not None and owner != key:
+                logger.warning(
+                    "Set %s: object %s has the URI %s of object %s; not published",
+                    self.resource_set.slug, key, values["uri"], owner
+                )
+                refused.add(key)
+                self.counts.skipped += 1
+            else:
+                taken[values["uri"]] = key
+        return refused
