@@ -46,7 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 KILLS = 20
 ITEMS = 500
-SEED = 20240611
+#: The seed of every fault loop; another one (``RESOURCESYNC_FAULT_SEED``) tries other points.
+SEED = int(os.environ.get("RESOURCESYNC_FAULT_SEED", 20240611))
 
 
 class Site:

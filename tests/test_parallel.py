@@ -200,6 +200,46 @@ def test_an_expired_lock_lets_the_next_build_run_and_fails_the_abandoned_one(set
     assert not Document.objects.filter(build=abandoned).exists()
 
 
+@pytest.mark.django_db
+def test_the_planner_holds_the_lock_as_its_own_until_the_plan_is_whole(settings, seed, metadata, monkeypatch):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 2}
+    seed(6)
+    pids = []  # the lock's process id as each part is sent
+    monkeypatch.setattr(build_part_task, "delay", lambda *args: pids.append(BuildLock.objects.get().pid))
+    started = parallel_build(metadata)
+    # While parts are sent, a planner killed half-way is seen dead by its process id at once...
+    assert pids == [os.getpid()] * 3
+    # ...and once the plan is whole, the lock is the tasks' (no process), until the build is over.
+    assert BuildLock.objects.get().pid is None
+    assert Build.objects.get(pk=started.pk).parts_planned == 3
+
+
+@pytest.mark.django_db
+def test_a_lock_kept_for_a_build_that_is_over_does_not_block_the_next_one(settings, seed, metadata, held_parts):
+    """The last task of a build died between publishing it and releasing the lock."""
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 3}
+    seed(4)
+    started = parallel_build(metadata)
+    holder = held_parts[0][2]
+    for args in list(held_parts):
+        build_part_task.apply(args=args)
+    assert Build.objects.get(pk=started.pk).status == Build.Status.PUBLISHED
+    BuildLock.objects.create(
+        resource_set=metadata, capability="resourcelist", holder=holder, pid=None,
+        expires=timezone.now() + datetime.timedelta(hours=1),
+    )
+    # The redelivered final step finds the build published and lets its lock go...
+    assert finish_build_task.apply(args=(started.pk, holder)).get() is None
+    assert not BuildLock.objects.exists()
+    # ...and, were it never delivered again, the next build takes the lock over at once.
+    BuildLock.objects.create(
+        resource_set=metadata, capability="resourcelist", holder=holder, pid=None,
+        expires=timezone.now() + datetime.timedelta(hours=1),
+    )
+    held_parts.clear()
+    assert build(metadata).status == Build.Status.PUBLISHED
+
+
 # --- Resource Dumps --------------------------------------------------------------------------
 
 DUMP_REPORT = {"changed_since_hashed": 0, "unreadable": 0, "gone": 0}

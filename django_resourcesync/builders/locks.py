@@ -134,9 +134,16 @@ class build_lock:
 
     @staticmethod
     def is_dead(held):
-        """Whether the holder of the lock row ``held`` is gone: its time ran out, or its process
-        on this machine is."""
-        return held.expires < timezone.now() or (held.pid is not None and held.host == HOST and _process_gone(held.pid))
+        """Whether the holder of the lock row ``held`` is gone: its time ran out, its process on
+        this machine is, or, kept for a build's tasks (no process), that build is over (its last
+        task died between publishing it and letting the lock go)."""
+        if held.expires < timezone.now():
+            return True
+        if held.pid is None:
+            return not Build.objects.filter(
+                resource_set_id=held.resource_set_id, capability=held.capability, status=Build.Status.RUNNING
+            ).exists()
+        return held.host == HOST and _process_gone(held.pid)
 
     def _fail_abandoned(self, reason):
         """Fail the builds of the set and capability left running: this lock's holder ran them."""

@@ -210,8 +210,11 @@ def run(context, planned, *, parallel, lock, progress=None, total=None, batch_si
 def dispatch(build, planned, lock, *, batch_size=None):
     """Send a task per part of ``build`` to the workers as ``planned`` yields them; ``lock``
     stays held until the build is over. Should the parts all be done before the planning is
-    (a quick worker, a short last part), the final step is sent from here."""
-    lock.keep()
+    (a quick worker, a short last part), the final step is sent from here.
+
+    The lock stays this process's (its heartbeat, its process id) until the plan is whole: a
+    planner killed half-way leaves a build that no part can complete, and its lock is taken over
+    at once by the next build, which fails it. Only then is the lock kept for the tasks."""
     try:
         for part in planned:
             current_app.tasks[BUILD_PART].delay(build.pk, part.number, lock.holder, batch_size)
@@ -220,6 +223,7 @@ def dispatch(build, planned, lock, *, batch_size=None):
     except BaseException:
         lock.release()
         raise
+    lock.keep()
 
 
 def _take_up(build, holder):
@@ -230,10 +234,13 @@ def _take_up(build, holder):
     return lock
 
 
-def _running(build_id):
+def _running(build_id, holder):
+    """The build if it is running; else ``None``, and the lock its tasks held is let go (a task
+    redelivered after its worker died between publishing the build and releasing the lock)."""
     build = Build.objects.select_related("resource_set").get(pk=build_id)
     if build.status != Build.Status.RUNNING:
         logger.info("%s is no longer running; nothing to do", build)
+        build_lock(build.resource_set, build.capability, holder=holder).release()
         return None
     return build
 
@@ -242,7 +249,7 @@ def run_part(build_id, number, holder, *, batch_size=None):
     """The ``resourcesync.build_part`` task: render one part unless it is done. Returns whether
     every part is done now (the final step is due). A part started ``PART_ATTEMPTS`` times
     without finishing (its worker killed each time) fails."""
-    build = _running(build_id)
+    build = _running(build_id, holder)
     if build is None:
         return False
     lock = _take_up(build, holder)
@@ -267,7 +274,7 @@ def run_finish(build_id, holder):
     then finds the build published and does nothing."""
     with transaction.atomic():
         Build.objects.select_for_update().filter(pk=build_id).first()
-        build = _running(build_id)
+        build = _running(build_id, holder)
         if build is None:
             return None
         lock = _take_up(build, holder)

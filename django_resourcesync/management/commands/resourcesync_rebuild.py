@@ -47,7 +47,7 @@ class Command(BaseCommand):
 
         started = time.monotonic()
         progress = ProgressBar(self.stderr) if verbosity >= 1 else None
-        builds, failed = [], []
+        builds, failed, reasons = [], [], []
         for resource_set in resource_sets:
             if not resource_set.capabilities:
                 self.stderr.write(f"{resource_set.slug}: no capability is enabled for this set; nothing to build.")
@@ -60,6 +60,7 @@ class Command(BaseCommand):
                 continue
             except Exception as exc:  # recorded as a failed build; the published documents stay
                 failed.append(resource_set.slug)
+                reasons.append(f"{resource_set.slug}: {type(exc).__name__}: {exc}")
                 self.stderr.write(f"{resource_set.slug}: build failed: {exc}")
                 continue
             finally:
@@ -86,7 +87,9 @@ class Command(BaseCommand):
             + (f"; {left_out} object(s) left out, they cannot be published (see the builds' reports)" if left_out else "")
         )
         if failed:
-            raise CommandError(f"{len(failed)} set(s) failed to build: {', '.join(failed)}.")
+            raise CommandError(
+                f"{len(failed)} set(s) failed to build: {', '.join(failed)}." + "".join(f"\n{reason}" for reason in reasons)
+            )
 
     def resource_sets(self, slugs):
         if not slugs:
