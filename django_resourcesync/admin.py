@@ -18,10 +18,6 @@ from .tasks import rebuild_set_task, reconcile_set_task
 
 class ResourceSetForm(forms.ModelForm):
     source = forms.ChoiceField(label=_("source"), choices=())
-    describedby = forms.URLField(
-        label=_("description URL"), max_length=2048, required=False, assume_scheme="https",
-        help_text=ResourceSet._meta.get_field("describedby").help_text,
-    )
     capabilities = forms.MultipleChoiceField(
         label=_("capabilities"),
         choices=CAPABILITY_CHOICES,

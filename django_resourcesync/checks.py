@@ -12,6 +12,7 @@ from django.http.request import validate_host
 from django.urls import NoReverseMatch, reverse
 
 from .conf import DEFAULTS, app_settings, source_module_errors
+from .links import problems as link_problems
 from .models import ResourceSet
 from .sources import ResourceSource, ViewSource, registry
 
@@ -220,6 +221,7 @@ def check_sets(app_configs=None, databases=None, **kwargs):
                 )
             )
             continue
+        errors += _check_links(resource_set)
         if resource_set.base_url and app_settings.BASE_URL and resource_set.base_url != app_settings.BASE_URL:
             errors.append(
                 Warning(
@@ -231,6 +233,41 @@ def check_sets(app_configs=None, databases=None, **kwargs):
                     id="resourcesync.W006",
                 )
             )
+    return errors
+
+
+def _check_links(resource_set):
+    """W007: the links ``links()`` gives the set's first object, checked as section 14 and the
+    schema require (a link that fails is left out of every entry). A warning, as every check of
+    the sets: ``migrate`` runs it."""
+    source = resource_set.get_source()
+    try:
+        obj = source.queryset(resource_set.lookups).order_by("pk").first()
+        given = source._get("links", obj, []) if obj is not None else []
+    except (DatabaseError, FieldError, ValueError, TypeError, ImproperlyConfigured):
+        return []  # the set's filter or source is reported above, or the database is not ready
+    except Exception as exc:  # the source's own code: say so, do not stop the checks
+        given, failure = [], exc
+    else:
+        failure = None
+    errors = []
+    if failure is not None:
+        errors.append(Warning(
+            f"Resource set {resource_set.slug!r}: links() of its source {resource_set.source!r} failed on object "
+            f"{obj.pk}: {type(failure).__name__}: {failure}",
+            hint="Fix the source's links(); objects whose entry cannot be made are left out of the set.",
+            obj=resource_set, id="resourcesync.W007",
+        ))
+    for link in given:
+        problems = link_problems(link) if isinstance(link, dict) else ["it is not a dict"]
+        if problems:
+            errors.append(Warning(
+                f"Resource set {resource_set.slug!r}: links() of its source {resource_set.source!r} gives object {obj.pk} "
+                f"the link {link!r}, which is not published: {'; '.join(problems)}.",
+                hint="Make links with django_resourcesync.links (links.memento(), links.patch()...), which say what "
+                "each relation of the spec's section 14 needs.",
+                obj=resource_set, id="resourcesync.W007",
+            ))
     return errors
 
 

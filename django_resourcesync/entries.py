@@ -60,6 +60,7 @@ class Entry:
     media_type: str | None = None
     changefreq: str | None = None
     links: list = field(default_factory=list)
+    encoding: str | None = None
 
 
 def _link_scheme_allowed(uri):

@@ -37,3 +37,8 @@ def capability_list_head(describedby=()):
 
 def source_description_head(describedby=()):
     return {"capability": capabilities.DESCRIPTION}, list(describedby)
+
+
+def source_description_index():
+    """The link of a part of a Source Description Index to the index."""
+    return {"rel": "index", "href": uris.source_description_uri()}

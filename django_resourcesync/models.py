@@ -1,10 +1,18 @@
 from django.apps import apps
 from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .capabilities import CAPABILITY_CHOICES, RESOURCELIST
+
+
+def validate_link_target(value):
+    """A URL (http or https), or a path on this site (made absolute with ``BASE_URL``)."""
+    if value.startswith("/") and not value.startswith("//"):
+        return
+    URLValidator(schemes=["http", "https"])(value)
 
 
 def validate_lookups(value):
@@ -35,9 +43,9 @@ class ResourceSet(models.Model):
         validators=[validate_lookups],
         help_text=_('Queryset lookups narrowing the source\'s items, e.g. {"collection__slug": "theses"}.'),
     )
-    describedby = models.URLField(
-        _("description URL"), max_length=2048, blank=True,
-        help_text=_("A document describing this set (rs:ln rel=\"describedby\").")
+    describedby = models.CharField(
+        _("description URL"), max_length=2048, blank=True, validators=[validate_link_target],
+        help_text=_("A document describing this set (rs:ln rel=\"describedby\"): a URL, or a path on this site.")
     )
     capabilities = models.JSONField(
         _("capabilities"), default=default_capabilities, blank=True, validators=[validate_capabilities]
@@ -81,6 +89,7 @@ class Resource(models.Model):
     sha256 = models.CharField(max_length=64, blank=True)
     length = models.BigIntegerField(null=True, blank=True)
     media_type = models.CharField(max_length=255, blank=True)
+    encoding = models.CharField(max_length=64, blank=True, help_text=_("Content encoding as served (rs:md encoding)."))
     links = models.JSONField(default=list, blank=True)
     fingerprint = models.CharField(max_length=512, blank=True)
     entry_xml = models.TextField(
@@ -94,7 +103,11 @@ class Resource(models.Model):
             models.UniqueConstraint(fields=["resource_set", "uri"], name="resourcesync_resource_uri"),
         ]
         # The parts of a build are ranges of a set's rows by key: planned and read from this index.
-        indexes = [models.Index(fields=["resource_set", "id"], name="resourcesync_resource_key")]
+        indexes = [
+            models.Index(fields=["resource_set", "id"], name="resourcesync_resource_key"),
+            # Discovery finds the sets that list a requested URI (discovery.capability_lists_for).
+            models.Index(fields=["uri"], name="resourcesync_resource_at_uri"),
+        ]
         verbose_name = _("resource")
         verbose_name_plural = _("resources")
 
@@ -177,6 +190,7 @@ class ChangeEvent(models.Model):
     sha256 = models.CharField(max_length=64, blank=True)
     length = models.BigIntegerField(null=True, blank=True)
     media_type = models.CharField(max_length=255, blank=True)
+    encoding = models.CharField(max_length=64, blank=True, help_text=_("Content encoding as served (rs:md encoding)."))
     entry_xml = models.TextField(help_text=_("The <url> element of this change in a Change List."))
 
     class Meta:

@@ -22,6 +22,7 @@ import hashlib
 import logging
 import mimetypes
 import os
+import re
 from collections.abc import Mapping
 from functools import cached_property
 
@@ -43,6 +44,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 READ_CHUNK = 1024 * 1024
+#: A content coding token (RFC 9110: gzip, br, deflate...).
+ENCODING_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
 
 
 class ResourceSource:
@@ -82,6 +85,9 @@ class ResourceSource:
         ``modified``, ``pri``, ``encoding``, ``profile``, ``path`` (spec section 14).
     ``changefreq(obj)``
         One of always, hourly, daily, weekly, monthly, yearly, never.
+    ``encoding(obj)``
+        The content encoding the resource is served with (``gzip``, say), when it is; the
+        hashes and length are those of the bytes as served (``rs:md encoding``).
     """
 
     name = None
@@ -125,6 +131,9 @@ class ResourceSource:
 
     def links(self, obj):
         return []
+
+    def encoding(self, obj):
+        return None
 
     def fingerprint(self, obj):
         if self.fingerprint_fields:
@@ -240,7 +249,9 @@ class ResourceSource:
             changefreq = None
         links = [link for link in map(clean_link, self._get("links", obj, [])) if link]
         representation = known if known is not None else self.representation(obj)
-        entry = Entry(uri=uri, lastmod=self._get("lastmod", obj), changefreq=changefreq, links=links)
+        encoding = self._get("encoding", obj)
+        encoding = str(encoding) if encoding and ENCODING_RE.match(str(encoding)) else None
+        entry = Entry(uri=uri, lastmod=self._get("lastmod", obj), changefreq=changefreq, links=links, encoding=encoding)
         if representation is not None:
             entry.md5, entry.sha256 = representation.md5, representation.sha256
             entry.length = representation.length

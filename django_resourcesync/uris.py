@@ -107,6 +107,10 @@ def source_description_uri():
     return _absolute(reverse("resourcesync:source-description"))
 
 
+def source_description_part_uri(number):
+    return _absolute(reverse("resourcesync:source-description-part", kwargs={"number": number}))
+
+
 def capability_list_uri(resource_set):
     return _absolute(reverse("resourcesync:capability-list", kwargs={"slug": resource_set.slug}))
 

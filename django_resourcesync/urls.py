@@ -12,6 +12,7 @@ app_name = "resourcesync"
 
 urlpatterns = [
     path(".well-known/resourcesync", views.source_description, name="source-description"),
+    path(".well-known/resourcesync/<int:number>.xml", views.source_description_part, name="source-description-part"),
     path("resourcesync/<slug:slug>/capabilitylist.xml", views.capability_list, name="capability-list"),
 ]
 for capability in capabilities.TABLE:

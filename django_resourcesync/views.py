@@ -85,6 +85,15 @@ def source_description(request):
 
 
 @require_safe
+def source_description_part(request, number):
+    """A part of the Source Description Index, while the Source has one."""
+    rendered = capabilitylist.source_description(part=number)
+    if rendered is None:
+        raise Http404("No such part of the Source Description")
+    return _xml_response(request, *rendered)
+
+
+@require_safe
 def capability_list(request, slug):
     rendered = capabilitylist.capability_list(_enabled_set(slug))
     if rendered is None:

@@ -46,6 +46,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so that it sees the final response (a 304 included): Link: <...>; rel="resourcesync".
+    "django_resourcesync.discovery.ResourceSyncLinkMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -53,6 +55,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # 304 for a resource fetched again unchanged (the views send Last-Modified).
+    "django.middleware.http.ConditionalGetMiddleware",
 ]
 
 ROOT_URLCONF = "example_project.urls"
@@ -67,6 +71,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "django_resourcesync.context_processors.resourcesync",
             ],
         },
     },
@@ -144,6 +149,8 @@ RESOURCESYNC = {
     "BASE_URL": os.environ.get("RESOURCESYNC_BASE_URL", "http://127.0.0.1:8000"),
     "STORAGE": "resourcesync",
     "STORAGE_PREFIX": "documents",
+    # A page of this site about the Source (rs:ln rel="describedby" of the Source Description).
+    "SOURCE_DESCRIBEDBY": "/about/resourcesync/",
 }
 
 # Celery: with no broker configured, tasks run in the calling process (the embedded default).

@@ -33,8 +33,9 @@ def seed(db):
 def demo_set(slug):
     """The example project's set (created by its data migration; again after a flush)."""
     demo = importlib.import_module("example_project.repository.migrations.0002_resource_sets")
+    pages = importlib.import_module("example_project.repository.migrations.0003_landing_pages")
 
-    values = dict(next(s for s in demo.SETS if s["slug"] == slug))
+    values = dict(next(s for s in [*demo.SETS, pages.PAGES] if s["slug"] == slug))
     return ResourceSet.objects.get_or_create(
         slug=values.pop("slug"), defaults={**values, "capabilities": ["resourcelist", "changelist"]}
     )[0]
@@ -56,3 +57,8 @@ def admin_client(client, db):
 
     client.force_login(User.objects.create_superuser("admin", "admin@example.org", "pw"))
     return client
+
+
+@pytest.fixture
+def pages(db):
+    return demo_set("pages")

@@ -160,8 +160,9 @@ def test_queryset_update_then_reconcile(tracked, committing):
 def test_bulk_api_after_update(tracked, committing):
     with committing():
         Item.objects.filter(collection__slug="datasets").update(title="Bulk again")
-        # Two records, and the two items' files (a source tracking items as a related model).
-        assert tracking.changed(Item.objects.filter(collection__slug="datasets")) == 4
+        # Two records, two landing pages, and the two items' files (a source tracking items as a
+        # related model).
+        assert tracking.changed(Item.objects.filter(collection__slug="datasets")) == 6
     assert [c for c, _loc, _ in changes(tracked[1])] == ["updated", "updated"]
 
 
@@ -290,7 +291,11 @@ def test_change_list_closes_when_its_period_is_over(tracked, committing, setting
 
 
 def test_retention_drops_old_closed_lists(tracked, committing, settings, monkeypatch, documents_storage):
-    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 1, "CHANGELIST_RETENTION": 3600}
+    # A period that does not end in the two hours the test moves the clock (a daily one would,
+    # late in the day, and close the open list too).
+    settings.RESOURCESYNC = {
+        **settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 1, "CHANGELIST_RETENTION": 3600, "CHANGELIST_PERIOD": 3650 * 86400
+    }
     for title in ("a", "b", "c"):
         with committing():
             item = Item.objects.order_by("pk")[0]
@@ -370,12 +375,15 @@ def test_autocommit_saves_reach_the_outbox_through_the_dispatcher(tracked, backg
         item.save()
     assert outbox.dispatcher.flush()
     rows = set(PendingChange.objects.values_list("source", "object_pk", "related"))
-    assert rows == {("metadata", str(i.pk), "") for i in items} | {("bitstreams", str(i.pk), "repository.item") for i in items}
+    assert rows == (
+        {(source, str(i.pk), "") for i in items for source in ("metadata", "pages")}
+        | {("bitstreams", str(i.pk), "repository.item") for i in items}
+    )
     # Each save committed before the task was queued, and one task may serve several saves.
-    assert background and len(background) <= len(items) and all(s == ["bitstreams", "metadata"] for s in background)
+    assert background and len(background) <= len(items) and all(s == ["bitstreams", "metadata", "pages"] for s in background)
     counts = tracking.process_pending()
     files = ItemFile.objects.filter(item__in=items).count()
-    assert (counts.updated, counts.unchanged) == (3, files), "records changed; the items' files did not"
+    assert (counts.updated, counts.unchanged) == (6, files), "records and landing pages changed; the items' files did not"
     assert PendingChange.objects.count() == 0
 
 
@@ -388,14 +396,14 @@ def test_transaction_saves_write_in_the_transaction_and_queue_at_commit(tracked,
         item.save()
         assert PendingChange.objects.filter(source="metadata", object_pk=str(item.pk)).exists(), "written in the transaction"
         assert outbox.dispatcher.flush() and background == [], "nothing queued before the commit"
-    assert outbox.dispatcher.flush() and background == [["bitstreams", "metadata"]]
+    assert outbox.dispatcher.flush() and background == [["bitstreams", "metadata", "pages"]]
     with pytest.raises(RuntimeError):
         with transaction.atomic():
             item.title += " (rolled back)"
             item.save()
             raise RuntimeError
     assert outbox.dispatcher.flush() and len(background) == 1
-    assert PendingChange.objects.count() == 2
+    assert PendingChange.objects.count() == 3  # the record, the landing page, the files (related)
 
 
 def test_making_an_item_private_reaches_its_files_through_the_related_lookup(tracked, committing):
@@ -415,12 +423,13 @@ def test_reconcile_trusts_a_fingerprint_that_covers_the_entry(tracked, committin
     original = writer.entry_values
     monkeypatch.setattr(writer, "entry_values", lambda *a, **k: described.append(a[1]) or original(*a, **k))
     with committing():
-        call_command("resourcesync_reconcile", verbosity=0)
+        # The sets whose fingerprints cover their entries (landing pages are rendered every time).
+        call_command("resourcesync_reconcile", "--set", "bitstreams", "--set", "metadata", verbosity=0)
     assert described == [], "nothing changed: no object described again"
     f = ItemFile.objects.order_by("pk").first()
     ItemFile.objects.filter(pk=f.pk).update(media_type="text/csv")  # no signal, no new lastmod
     with committing():
-        call_command("resourcesync_reconcile", verbosity=0)
+        call_command("resourcesync_reconcile", "--set", "bitstreams", "--set", "metadata", verbosity=0)
     assert [obj.pk for obj in described] == [f.pk]
     [(change, loc, meta)] = changes(tracked[0])
     assert (change, loc, meta["type"]) == ("updated", f"http://testserver{f.get_absolute_url()}", "text/csv")
@@ -454,13 +463,13 @@ def test_reconcile_builds_only_the_objects_whose_fingerprint_fields_changed(trac
     post_init.connect(count, sender=Item)
     try:
         with committing():
-            call_command("resourcesync_reconcile", verbosity=0)
+            call_command("resourcesync_reconcile", "--set", "bitstreams", "--set", "metadata", verbosity=0)
         assert built == [], "nothing changed: no object built"
         with f.file.open("wb") as out:
             out.write(b"rewritten in place, longer than before\n")
         Item.objects.filter(pk=item.pk).update(title="Changed behind the app's back")
         with committing():
-            call_command("resourcesync_reconcile", verbosity=0)
+            call_command("resourcesync_reconcile", "--set", "bitstreams", "--set", "metadata", verbosity=0)
     finally:
         post_init.disconnect(count, sender=ItemFile)
         post_init.disconnect(count, sender=Item)

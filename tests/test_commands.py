@@ -8,12 +8,12 @@ pytestmark = pytest.mark.django_db
 
 
 def test_rebuild_prints_progress_and_a_summary(seed, bitstreams, metadata, capsys):
-    seed(5)
+    seed(5)  # 6 files and 5 items: their records and landing pages
     call_command("resourcesync_rebuild", verbosity=2)
     captured = capsys.readouterr()
-    assert "Built 2 capability document(s) for 2 set(s): 11 entries in 2 file(s)" in captured.out
+    assert "Built 3 capability document(s) for 3 set(s): 16 entries in 3 file(s)" in captured.out
     assert "reconcile" in captured.err and "resourcelist" in captured.err
-    assert Build.objects.filter(status=Build.Status.PUBLISHED).count() == 2
+    assert Build.objects.filter(status=Build.Status.PUBLISHED).count() == 3
 
 
 def test_rebuild_one_set_with_small_batches(seed, bitstreams, metadata, capsys):
@@ -52,7 +52,7 @@ def test_rebuild_all_task_goes_on_after_a_failing_set(seed, bitstreams, metadata
     ResourceSet.objects.create(name="Ghost", slug="ghost", source="nosuchsource", position=0)
     summary = rebuild_all_task.delay().get()
     assert [(s["set"], s["status"]) for s in summary] == [
-        ("ghost", "failed"), ("bitstreams", "published"), ("metadata", "published")
+        ("ghost", "failed"), ("bitstreams", "published"), ("metadata", "published"), ("pages", "published")
     ]
 
 

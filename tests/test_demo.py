@@ -73,10 +73,11 @@ def capability_lists(base):
     return [resource.uri for resource in description.resources]
 
 
-def test_source_description_names_both_sets(demo):
+def test_source_description_names_the_three_sets(demo):
     assert capability_lists(demo) == [
         f"{demo}/resourcesync/bitstreams/capabilitylist.xml",
         f"{demo}/resourcesync/metadata/capabilitylist.xml",
+        f"{demo}/resourcesync/pages/capabilitylist.xml",
     ]
 
 

@@ -59,21 +59,42 @@ def public_sets():
     return found
 
 
-def source_description():
-    """``(bytes, last_modified)`` of the Source Description."""
-    writer = DocumentWriter()
+def source_description(part=None):
+    """``(bytes, last_modified)`` of the Source Description; ``None`` for a part that does not
+    exist. A Source with more sets than one document may list (``MAX_ENTRIES_PER_DOCUMENT``)
+    publishes a Source Description Index (spec section 8) at the well-known URI, listing parts
+    ``/.well-known/resourcesync/<n>.xml`` that each link ``index`` back to it."""
     # Every set's configuration counts, disabled ones too: disabling a set changes this document.
     # A deleted set takes its date with it: the Source's own clock keeps when that happened, so
     # the date never goes backwards and a client's If-Modified-Since never hides the change.
     last_modified = max(
         filter(None, [ResourceSet.objects.aggregate(latest=Max("modified"))["latest"], SourceState.changed_at()]), default=None
     )
-    for resource_set, changed in public_sets():
-        links = clean_links([{"rel": "describedby", "href": resource_set.describedby}])
-        writer.add(
-            url_element(uris.capability_list_uri(resource_set), md={"capability": capabilities.CAPABILITYLIST}, links=links)
-        )
-        last_modified = max(filter(None, [last_modified, changed]))
+    found = public_sets()
+    last_modified = max(filter(None, [last_modified, *(changed for _set, changed in found)]), default=None)
+    size = app_settings.MAX_ENTRIES_PER_DOCUMENT
+    parts = [found[start : start + size] for start in range(0, len(found), size)] or [[]]
     # Encoded as every published URI; a value that cannot be published is left out.
     md, links = heads.source_description_head(clean_links([{"rel": "describedby", "href": app_settings.SOURCE_DESCRIBEDBY}]))
-    return _render(writer, md, links), last_modified
+    if len(parts) == 1:
+        return (_description_part(found, md, links), last_modified) if part is None else None
+    if part is None:
+        writer = DocumentWriter(root="sitemapindex")
+        for number in range(1, len(parts) + 1):
+            writer.add(url_element(uris.source_description_part_uri(number), tag="sitemap"))
+        return _render(writer, md, links), last_modified
+    if not 1 <= part <= len(parts):
+        return None
+    return _description_part(parts[part - 1], md, [*links, heads.source_description_index()]), last_modified
+
+
+def _description_part(sets, md, links):
+    writer = DocumentWriter()
+    for resource_set, _changed in sets:
+        writer.add(
+            url_element(
+                uris.capability_list_uri(resource_set), md={"capability": capabilities.CAPABILITYLIST},
+                links=clean_links([{"rel": "describedby", "href": resource_set.describedby}]),
+            )
+        )
+    return _render(writer, md, links)

@@ -139,7 +139,10 @@ class Packer:
             self._recheck(obj)
         if md5 is None:
             md5 = self._md5_of(obj, sha256)
-        return {"hash": hash_value(md5, sha256), "length": length, "type": row.media_type or None, "path": "/" + member}
+        return {
+            "hash": hash_value(md5, sha256), "length": length, "type": row.media_type or None,
+            "encoding": row.encoding or None, "path": "/" + member,
+        }
 
     def _current_size(self, obj, recorded):
         """The file's size now (it may have grown past what was recorded), else the record's."""

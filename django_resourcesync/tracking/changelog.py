@@ -82,10 +82,10 @@ class ChangeLog:
             self._insert([
                 (
                     set_id, list_id, change.object_pk, change.uri, change.change, moment,
-                    change.lastmod, change.md5, change.sha256, change.length, change.media_type,
+                    change.lastmod, change.md5, change.sha256, change.length, change.media_type, change.encoding,
                     change_entry(
                         change.uri, change.change, stamp, change.lastmod, change.md5, change.sha256,
-                        change.length, change.media_type, change.links
+                        change.length, change.media_type, change.links, change.encoding
                     ),
                 )
                 for change in batch
@@ -98,7 +98,7 @@ class ChangeLog:
 
     EVENT_FIELDS = (
         "resource_set_id", "changelist_id", "object_pk", "uri", "change", "datetime",
-        "lastmod", "md5", "sha256", "length", "media_type", "entry_xml",
+        "lastmod", "md5", "sha256", "length", "media_type", "encoding", "entry_xml",
     )
 
     def _insert(self, rows):

@@ -17,10 +17,10 @@ from .changelog import ChangeLog
 logger = logging.getLogger(__name__)
 
 
-RENDERED_FIELDS = ("uri", "lastmod", "changefreq", "md5", "sha256", "length", "media_type", "links")
+RENDERED_FIELDS = ("uri", "lastmod", "changefreq", "md5", "sha256", "length", "media_type", "links", "encoding")
 ENTRY_FIELDS = (*RENDERED_FIELDS, "fingerprint", "entry_xml")
 # What a Destination fetches: a change of any of these is an "updated" event.
-REPRESENTATION_FIELDS = ("md5", "sha256", "length", "media_type")
+REPRESENTATION_FIELDS = ("md5", "sha256", "length", "media_type", "encoding")
 
 
 @dataclass
@@ -89,6 +89,7 @@ def entry_values(source, obj, known=None, fingerprint=None):
         "length": entry.length,
         "media_type": entry.media_type or "",
         "links": entry.links,
+        "encoding": entry.encoding or "",
         "fingerprint": fingerprint,
     }
     values["entry_xml"] = resource_entry(**{name: values[name] for name in RENDERED_FIELDS})
@@ -118,6 +119,7 @@ class Change:
     length: int = None
     media_type: str = ""
     links: list = field(default_factory=list)
+    encoding: str = ""
 
     @classmethod
     def of(cls, key, change, values):
@@ -125,7 +127,7 @@ class Change:
         ``deleted`` one says nothing of what was removed: ``Change(key, uri, "deleted")``)."""
         return cls(
             key, values["uri"], change, values["lastmod"], values["md5"], values["sha256"],
-            values["length"], values["media_type"], values["links"]
+            values["length"], values["media_type"], values["links"], values["encoding"]
         )
 
 

@@ -105,18 +105,22 @@ def url_element(loc, lastmod=None, changefreq=None, md=None, links=(), tag="url"
     return "".join(out)
 
 
-def resource_entry(uri, lastmod=None, changefreq=None, md5="", sha256="", length=None, media_type=None, links=()):
+def resource_entry(
+    uri, lastmod=None, changefreq=None, md5="", sha256="", length=None, media_type=None, links=(), encoding=None
+):
     """The ``<url>`` entry of a resource in a Resource List."""
     return url_element(
         uri,
         lastmod=lastmod,
         changefreq=changefreq or None,
-        md={"hash": hash_value(md5, sha256), "length": length, "type": media_type or None},
+        md={"hash": hash_value(md5, sha256), "length": length, "type": media_type or None, "encoding": encoding or None},
         links=links or (),
     )
 
 
-def change_entry(uri, change, datetime, lastmod=None, md5="", sha256="", length=None, media_type=None, links=()):
+def change_entry(
+    uri, change, datetime, lastmod=None, md5="", sha256="", length=None, media_type=None, links=(), encoding=None
+):
     """The ``<url>`` entry of one change in a Change List (spec section 12.1).
 
     A deletion carries the URI, the change and its datetime only: nothing about what was removed.
@@ -132,6 +136,7 @@ def change_entry(uri, change, datetime, lastmod=None, md5="", sha256="", length=
             "hash": hash_value(md5, sha256),
             "length": length,
             "type": media_type or None,
+            "encoding": encoding or None,
         },
         links=links or (),
     )

@@ -1,7 +1,7 @@
 """A small institutional repository: collections of items, each with files (bitstreams)."""
 
 from django.db import models
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 
 
 class Collection(models.Model):
@@ -57,3 +57,10 @@ class ItemFile(models.Model):
 
     def get_absolute_url(self):
         return reverse("repository:file", kwargs={"item": self.item_id, "pk": self.pk, "name": self.name})
+
+    def public_url(self):
+        """The file's URL, or ``None`` where its name cannot be part of one (a line break)."""
+        try:
+            return self.get_absolute_url()
+        except NoReverseMatch:
+            return None

@@ -1,8 +1,9 @@
-"""What the demo repository publishes over ResourceSync (autodiscovered by django_resourcesync)."""
+"""What the demo repository publishes over ResourceSync (autodiscovered by django_resourcesync):
+the files of public items, a Dublin Core record per public item, and the items' landing pages."""
 
 from django.urls import reverse
 
-from django_resourcesync import sources
+from django_resourcesync import links, sources
 
 from .models import Collection, Item, ItemFile
 
@@ -37,9 +38,8 @@ class BitstreamSource(sources.ResourceSource):
 
     def links(self, obj):
         return [
-            {"rel": "collection", "href": reverse("repository:item", kwargs={"pk": obj.item_id})},
-            {"rel": "describedby", "href": reverse("repository:item-metadata", kwargs={"pk": obj.item_id}),
-             "type": "application/xml"},
+            links.collection(reverse("repository:item", kwargs={"pk": obj.item_id})),
+            links.describedby(reverse("repository:item-metadata", kwargs={"pk": obj.item_id}), type="application/xml"),
         ]
 
 
@@ -67,4 +67,33 @@ class MetadataRecordSource(sources.ViewSource):
     fingerprint_covers_entry = True
 
     def links(self, obj):
-        return [{"rel": "describes", "href": obj.get_absolute_url(), "type": "text/html"}]
+        return [
+            links.describes(obj.get_absolute_url(), type="text/html"),
+            # The kind of metadata (spec section 14.5): the format's namespace.
+            links.profile("http://www.openarchives.org/OAI/2.0/oai_dc/"),
+        ]
+
+
+@sources.register
+class ItemPageSource(sources.ViewSource):
+    """The landing page of each public item, rendered by the site's own view: the HTML a person
+    sees, which names its Capability List in a <link rel="resourcesync">."""
+
+    name = "pages"
+    # The page shows its collection's name and lists the item's files by name. A file's item is
+    # known from the file itself, deleted ones included (see affected()).
+    related_models = [Collection, ItemFile]
+
+    def items(self):
+        return Item.objects.filter(is_public=True).select_related("collection")
+
+    def lastmod(self, obj):
+        return obj.modified
+
+    def affected(self, instance):
+        if isinstance(instance, ItemFile):
+            return [instance.item_id]
+        return list(Item.objects.filter(collection=instance).values_list("pk", flat=True))
+
+    def links(self, obj):
+        return [links.describedby(obj.get_metadata_url(), type="application/xml")]

@@ -4,6 +4,9 @@ import mimetypes
 
 from django.http import FileResponse, Http404
 from django.shortcuts import get_object_or_404, render
+from django.utils.http import http_date
+
+from django_resourcesync.models import ResourceSet
 
 from .models import Item, ItemFile
 
@@ -17,13 +20,25 @@ def home(request):
     return render(request, "repository/home.html", {"items": items})
 
 
+def about_source(request):
+    sets = ResourceSet.objects.filter(enabled=True).order_by("position", "pk")
+    return render(request, "repository/about_source.html", {"sets": sets})
+
+
+def about_set(request, slug):
+    resource_set = get_object_or_404(ResourceSet, slug=slug, enabled=True)
+    return render(request, "repository/about_set.html", {"set": resource_set})
+
+
 def item(request, pk):
     obj = get_object_or_404(public_items().select_related("collection"), pk=pk)
-    return render(request, "repository/item.html", {"item": obj, "files": obj.files.all()})
+    return render(request, "repository/item.html", {"item": obj, "files": obj.files.order_by("pk")})
 
 
 def item_metadata(request, pk):
     obj = get_object_or_404(public_items().select_related("collection"), pk=pk)
+    # No Last-Modified: the record shows its collection's name too. ConditionalGetMiddleware
+    # gives it an ETag of its bytes instead.
     return render(request, "repository/metadata.xml", {"item": obj}, content_type="application/xml; charset=utf-8")
 
 
@@ -38,4 +53,5 @@ def item_file(request, item, pk, name):
     content_type = obj.media_type or mimetypes.guess_type(obj.name)[0] or "application/octet-stream"
     response = FileResponse(handle, content_type=content_type)
     response["Content-Length"] = str(obj.file.size)
+    response["Last-Modified"] = http_date(obj.modified.timestamp())
     return response

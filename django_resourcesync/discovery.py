@@ -1,0 +1,170 @@
+"""Discovery (spec section 6.3): how a Destination that lands on a resource, or on the site's
+robots.txt, finds the Source's Capability Lists.
+
+- :class:`ResourceSyncLinkMiddleware` (or the :func:`link_resourcesync` decorator on a view)
+  adds ``Link: <capability list>; rel="resourcesync"`` to the responses of published resources,
+  one link per enabled set that lists the resource (section 6.3.3: the linked Capability List
+  covers it). The resource is found by the request's URI, as the sets' records write it, in one
+  indexed query.
+- The ``resourcesync_links`` template tag and the :func:`~.context_processors.resourcesync`
+  context processor give the same links to HTML pages (``<link rel="resourcesync">``).
+- :func:`robots_txt` serves a robots.txt with one ``Sitemap:`` line per published Resource List
+  (section 6.3.4); :func:`robots_lines` gives the lines to a site that writes its own.
+"""
+
+import functools
+
+from django.http import HttpResponse
+from django.urls import NoReverseMatch
+from django.views.decorators.http import require_safe
+
+from . import capabilities, uris
+from .exceptions import NotRegistered, UnpublishableResource
+from .models import Build, Resource, ResourceSet
+
+REL = "resourcesync"
+#: Responses that represent the resource (or confirm a cached representation of it).
+LINKED_STATUSES = frozenset({200, 203, 206, 304})
+
+
+def request_uri(request):
+    """The request's URI as the sets' records write a resource's: ``BASE_URL`` and the path with
+    its query, percent-encoded; ``None`` when it could not be published (too long, say)."""
+    try:
+        return uris.absolute_uri(request.get_full_path())
+    except (UnpublishableResource, ValueError):
+        return None
+
+
+def capability_lists_for(uri):
+    """The URIs of the Capability Lists of the enabled sets whose records list ``uri``: one
+    query, on the index of the records' URIs."""
+    if not uri:
+        return []
+    slugs = (
+        Resource.objects.filter(uri=uri, resource_set__enabled=True)
+        .order_by("resource_set__position", "resource_set__pk")
+        .values_list("resource_set__slug", flat=True)
+    )
+    return [uris.capability_list_uri(ResourceSet(slug=slug)) for slug in slugs]
+
+
+def capability_lists(request):
+    """:func:`capability_lists_for` the request's URI, worked out once per request (the
+    middleware, the template tag and the context processor share it)."""
+    found = getattr(request, "_resourcesync_capability_lists", None)
+    if found is None:
+        found = capability_lists_for(request_uri(request))
+        request._resourcesync_capability_lists = found
+    return found
+
+
+def capability_lists_of_object(request, obj):
+    """The URIs of the Capability Lists of the enabled sets that list ``obj`` (as their items
+    are now) at the request's URI. For a page that is itself a resource rendered for hashing: it
+    does not depend on the set's records, which are written after the page is read."""
+    uri = request_uri(request)
+    if not uri:
+        return []
+    concrete = type(obj)._meta.concrete_model
+    found = []
+    for resource_set in ResourceSet.objects.filter(enabled=True).order_by("position", "pk"):
+        try:
+            source = resource_set.get_source()
+        except NotRegistered:
+            continue
+        if source.item_model._meta.concrete_model is not concrete:
+            continue
+        try:
+            if uris.absolute_uri(source._get("location", obj)) != uri:
+                continue
+        except (UnpublishableResource, ValueError):
+            continue
+        if source.queryset(resource_set.lookups).filter(pk=obj.pk).exists():
+            found.append(uris.capability_list_uri(resource_set))
+    return found
+
+
+def link_header(targets):
+    return ", ".join(f'<{target}>; rel="{REL}"' for target in targets)
+
+
+def add_link_header(response, targets):
+    """Add ``rel="resourcesync"`` links for ``targets`` to the response's ``Link`` header,
+    keeping the links it already has (and not adding one twice)."""
+    existing = response.headers.get("Link", "")
+    targets = [target for target in targets if f"<{target}>" not in existing]
+    if targets:
+        response.headers["Link"] = ", ".join(filter(None, [existing, link_header(targets)]))
+    return response
+
+
+def _wants_links(request, response):
+    if request.method not in ("GET", "HEAD") or response.status_code not in LINKED_STATUSES:
+        return False
+    match = getattr(request, "resolver_match", None)
+    # The Source's own documents are not resources of a set: no query for them.
+    return not (match is not None and "resourcesync" in match.namespaces)
+
+
+class ResourceSyncLinkMiddleware:
+    """Adds ``Link: <capability list>; rel="resourcesync"`` to every response whose URL is a
+    resource of an enabled set. Put it above ``ConditionalGetMiddleware`` (and GZip) in
+    ``MIDDLEWARE``, or anywhere: a 304 gets the links too."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if _wants_links(request, response):
+            targets = capability_lists(request)
+            if targets:
+                add_link_header(response, targets)
+        return response
+
+
+def link_resourcesync(view):
+    """The middleware's links, for one view (a site that does not install the middleware)."""
+
+    @functools.wraps(view)
+    def wrapped(request, *args, **kwargs):
+        response = view(request, *args, **kwargs)
+        if request.method in ("GET", "HEAD") and response.status_code in LINKED_STATUSES:
+            targets = capability_lists(request)
+            if targets:
+                add_link_header(response, targets)
+        return response
+
+    return wrapped
+
+
+def resource_lists():
+    """The URIs of the Resource Lists (or their indexes) published now, in Source Description
+    order: the sets that are enabled and have a Resource List build published."""
+    published = (
+        Build.objects.filter(capability=capabilities.RESOURCELIST, status=Build.Status.PUBLISHED, resource_set__enabled=True)
+        .values_list("resource_set_id", flat=True)
+    )
+    found = []
+    for resource_set in ResourceSet.objects.filter(pk__in=published).order_by("position", "pk"):
+        if resource_set.has_capability(capabilities.RESOURCELIST):
+            try:
+                found.append(uris.document_uri(resource_set, capabilities.get(capabilities.RESOURCELIST).document))
+            except NoReverseMatch:  # the app's URLs are not included: nothing to point at
+                return []
+    return found
+
+
+def robots_lines():
+    """``Sitemap:`` lines for robots.txt, one per published Resource List (section 6.3.4)."""
+    return [f"Sitemap: {uri}" for uri in resource_lists()]
+
+
+@require_safe
+def robots_txt(request):
+    """A robots.txt that lets every crawler in and names the Resource Lists. Route it at the
+    site's root: ``path("robots.txt", discovery.robots_txt)``; a site with its own robots.txt
+    adds :func:`robots_lines` to it instead."""
+    lines = ["User-agent: *", "Disallow:", "", *robots_lines()]
+    return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; charset=utf-8")

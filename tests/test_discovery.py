@@ -1,0 +1,304 @@
+"""Discovery (spec section 6.3) and links to related resources (section 14): Link headers on the
+resources, <link rel="resourcesync"> on the landing pages, robots.txt, describedby, the
+section 14 helpers, and a Source Description Index."""
+
+import datetime
+import re
+
+import pytest
+from django.core import checks
+from django.http import HttpResponse
+from django.test import Client, RequestFactory
+from lxml import etree
+
+from django_resourcesync import discovery, links
+from django_resourcesync.models import ResourceSet
+from django_resourcesync.rebuild import rebuild_set
+from example_project.repository.models import Item, ItemFile
+
+from .conftest import demo_set
+from .helpers import fetch, path_of, resource_list_entries
+from .xmlcheck import RS, SM, check_document, entries, link
+
+pytestmark = pytest.mark.django_db
+
+CAPABILITY_LIST = "http://testserver/resourcesync/{}/capabilitylist.xml"
+LINK_RE = re.compile(r'<([^>]+)>;\s*rel="resourcesync"')
+
+
+@pytest.fixture
+def published(seed, documents_storage):
+    """The example's three sets, seeded with 8 items and built."""
+    seed(8)
+    sets = [demo_set(slug) for slug in ("bitstreams", "metadata", "pages")]
+    for resource_set in sets:
+        rebuild_set(resource_set)
+    return sets
+
+
+def resourcesync_links(response):
+    return LINK_RE.findall(response.headers.get("Link", ""))
+
+
+def sampled(resource_set, count=3):
+    """Paths of a few resources of the set, as its Resource List lists them."""
+    locs = [entry.find(f"{{{SM}}}loc").text for entry in resource_list_entries(resource_set)]
+    assert locs, resource_set
+    return [path_of(loc) for loc in locs[:: max(1, len(locs) // count)][:count]]
+
+
+def test_every_listed_resource_answers_with_a_link_to_its_sets_capability_list(published):
+    client = Client()
+    for resource_set in published:
+        expected = [CAPABILITY_LIST.format(resource_set.slug)]
+        for path in sampled(resource_set):
+            get = client.get(path)
+            assert get.status_code == 200, path
+            assert resourcesync_links(get) == expected, (path, get.headers.get("Link"))
+            head = client.head(path)
+            assert head.status_code == 200 and resourcesync_links(head) == expected
+            # A Destination fetching it again, unchanged, is told so: with the link still.
+            validator = (
+                {"if-none-match": get.headers["ETag"]} if "ETag" in get.headers
+                else {"if-modified-since": get.headers["Last-Modified"]}
+            )
+            again = client.get(path, headers=validator)
+            assert again.status_code == 304 and resourcesync_links(again) == expected, path
+
+
+def test_pages_that_are_not_resources_and_the_documents_get_no_link(published):
+    client = Client()
+    for path in ("/", "/about/resourcesync/", "/.well-known/resourcesync", "/resourcesync/pages/resourcelist.xml",
+                 "/items/99999/"):
+        assert resourcesync_links(client.get(path)) == [], path
+
+
+def test_a_private_item_and_its_files_get_no_link(published):
+    item = Item.objects.order_by("pk").first()
+    files = list(item.files.all())
+    item.is_public = False
+    item.save()
+    client = Client()
+    for path in [item.get_absolute_url(), item.get_metadata_url(), *(f.get_absolute_url() for f in files)]:
+        response = client.get(path)
+        assert response.status_code == 404 and resourcesync_links(response) == [], path
+    assert "resourcesync" not in client.get(item.get_absolute_url()).content.decode()
+
+
+def test_a_resource_in_two_sets_links_both(published):
+    theses = ResourceSet.objects.create(
+        name="Files of the theses", slug="theses-files", source="bitstreams", lookups={"item__collection__slug": "theses"},
+        capabilities=["resourcelist"], position=5,
+    )
+    rebuild_set(theses)
+    in_both = ItemFile.objects.filter(item__collection__slug="theses").order_by("pk").first()
+    elsewhere = ItemFile.objects.exclude(item__collection__slug="theses").order_by("pk").first()
+    assert resourcesync_links(Client().get(in_both.get_absolute_url())) == [
+        CAPABILITY_LIST.format("bitstreams"), CAPABILITY_LIST.format("theses-files")
+    ]
+    assert resourcesync_links(Client().get(elsewhere.get_absolute_url())) == [CAPABILITY_LIST.format("bitstreams")]
+    # A disabled set is not linked.
+    ResourceSet.objects.filter(pk=theses.pk).update(enabled=False)
+    assert resourcesync_links(Client().get(in_both.get_absolute_url())) == [CAPABILITY_LIST.format("bitstreams")]
+
+
+def test_existing_link_headers_are_kept_and_the_decorator_links_one_view(published):
+    path = sampled(published[1], 1)[0]
+    request = RequestFactory().get(path)
+
+    def view(request):
+        response = HttpResponse("record")
+        response["Link"] = '<http://testserver/licence>; rel="license"'
+        return response
+
+    response = discovery.link_resourcesync(view)(request)
+    assert response.headers["Link"] == (
+        f'<http://testserver/licence>; rel="license", <{CAPABILITY_LIST.format("metadata")}>; rel="resourcesync"'
+    )
+    # Through the middleware too, and never twice.
+    response = discovery.ResourceSyncLinkMiddleware(discovery.link_resourcesync(view))(RequestFactory().get(path))
+    assert resourcesync_links(response) == [CAPABILITY_LIST.format("metadata")]
+    assert "license" in response.headers["Link"]
+
+
+def test_the_lookup_is_one_query_per_response(published, django_assert_num_queries):
+    path = sampled(published[0], 1)[0]
+    middleware = discovery.ResourceSyncLinkMiddleware(lambda request: HttpResponse("bytes"))
+    with django_assert_num_queries(1):
+        response = middleware(RequestFactory().get(path))
+    assert resourcesync_links(response) == [CAPABILITY_LIST.format("bitstreams")]
+
+
+def test_landing_pages_carry_the_html_link_and_it_does_not_depend_on_their_records(published):
+    pages = published[2]
+    for path in sampled(pages):
+        status, body, response = fetch(path)
+        assert status == 200
+        head = etree.HTML(body).find("head")
+        assert [e.get("href") for e in head.iter("link") if e.get("rel") == "resourcesync"] == [CAPABILITY_LIST.format("pages")]
+        assert resourcesync_links(response) == [CAPABILITY_LIST.format("pages")]
+    # The page's bytes are those listed: the link is there whether the record is written yet or not.
+    pages.resources.all().delete()
+    for entry in resource_list_entries(pages):
+        status, body, _ = fetch(path_of(entry.find(f"{{{SM}}}loc").text))
+        md = entry.find(f"{{{RS}}}md")
+        assert len(body) == int(md.get("length"))
+
+
+def test_the_context_processor_gives_the_links_of_the_current_page(published):
+    from django_resourcesync.context_processors import resourcesync
+
+    path = sampled(published[1], 1)[0]
+    assert list(resourcesync(RequestFactory().get(path))["resourcesync_capability_lists"]) == [
+        CAPABILITY_LIST.format("metadata")
+    ]
+    assert not resourcesync(RequestFactory().get("/"))["resourcesync_capability_lists"]
+
+
+def test_a_client_from_a_resource_alone_reaches_the_source_description(published):
+    """HTTP Link to the Capability List, its up link to the Source Description, which lists it."""
+    path = sampled(published[0], 1)[0]
+    (capability_list,) = resourcesync_links(Client().get(path))
+    status, body, _ = fetch(path_of(capability_list))
+    up = link(check_document(body, "capabilitylist"), "up")
+    status, body, _ = fetch(path_of(up))
+    assert status == 200
+    description = check_document(body, "description")
+    assert capability_list in [e.find(f"{{{SM}}}loc").text for e in entries(description)]
+
+
+def test_robots_txt_lists_exactly_the_published_resource_lists_of_enabled_sets(published):
+    lists = [f"http://testserver/resourcesync/{slug}/resourcelist.xml" for slug in ("bitstreams", "metadata", "pages")]
+    response = Client().get("/robots.txt")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
+    body = response.content.decode()
+    assert [line.split(" ", 1)[1] for line in body.splitlines() if line.startswith("Sitemap:")] == lists
+    assert body.startswith("User-agent: *\n")
+    ResourceSet.objects.filter(slug="metadata").update(enabled=False)
+    ResourceSet.objects.create(name="Never built", slug="unbuilt", source="bitstreams", capabilities=["resourcelist"])
+    assert discovery.robots_lines() == [f"Sitemap: {lists[0]}", f"Sitemap: {lists[2]}"]
+    assert Client().post("/robots.txt").status_code == 405
+
+
+def test_describedby_on_the_source_description_and_each_capability_list(published, settings):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "SOURCE_DESCRIBEDBY": "/about/resourcesync/"}
+    status, body, _ = fetch("/.well-known/resourcesync")
+    description = check_document(body, "description")
+    assert link(description, "describedby") == "http://testserver/about/resourcesync/"
+    for entry in entries(description):
+        slug = entry.find(f"{{{SM}}}loc").text.split("/")[-2]
+        assert entry.find(f"{{{RS}}}ln").get("href") == f"http://testserver/about/sets/{slug}/"
+        status, body, _ = fetch(f"/resourcesync/{slug}/capabilitylist.xml")
+        assert link(check_document(body, "capabilitylist"), "describedby") == f"http://testserver/about/sets/{slug}/"
+        assert fetch(f"/about/sets/{slug}/")[0] == 200
+    assert fetch("/about/resourcesync/")[0] == 200
+
+
+def test_the_set_form_takes_a_path_or_a_url_for_describedby(admin_client):
+    from django_resourcesync.admin import ResourceSetForm
+
+    values = {"name": "S", "slug": "s", "source": "bitstreams", "lookups": "{}", "capabilities": ["resourcelist"], "position": 0}
+    for good in ("/about/s/", "https://example.org/about"):
+        assert ResourceSetForm(data={**values, "describedby": good}).is_valid(), good
+    for bad in ("javascript:alert(1)", "//elsewhere.example/x", "about"):
+        form = ResourceSetForm(data={**values, "describedby": bad})
+        assert not form.is_valid() and "describedby" in form.errors, bad
+
+
+def test_the_records_carry_their_profile_and_the_pages_their_metadata(published):
+    (record, *_) = resource_list_entries(published[1])
+    found = {ln.get("rel"): ln.get("href") for ln in record.findall(f"{{{RS}}}ln")}
+    assert found["profile"] == "http://www.openarchives.org/OAI/2.0/oai_dc/"
+    assert found["describes"].startswith("http://testserver/items/")
+    (page, *_) = resource_list_entries(published[2])
+    (describedby,) = page.findall(f"{{{RS}}}ln")
+    assert describedby.get("rel") == "describedby" and describedby.get("href").endswith("/metadata.xml")
+
+
+# --- section 14 helpers -----------------------------------------------------------------------
+
+
+def test_the_helpers_make_each_relation_of_section_14():
+    moment = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    mirror = "https://mirror.example/a"
+    assert links.duplicate(mirror, pri=1) == {"rel": "duplicate", "href": mirror, "pri": 1}
+    assert links.alternate("/a.pdf", type="application/pdf")["type"] == "application/pdf"
+    assert links.patch("/a.patch", type="application/json-patch", path="/changes/a.patch") == {
+        "rel": "http://www.openarchives.org/rs/terms/patch", "href": "/a.patch", "type": "application/json-patch",
+        "path": "/changes/a.patch",
+    }
+    assert links.memento("/a?v=1", modified=moment)["modified"] == moment
+    for helper, rel in ((links.canonical, "canonical"), (links.collection, "collection"), (links.via, "via"),
+                        (links.timegate, "timegate"), (links.timemap, "timemap"), (links.profile, "profile"),
+                        (links.describedby, "describedby"), (links.describes, "describes")):
+        assert helper("/x") == {"rel": rel, "href": "/x"}
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: links.duplicate("/m", pri=0), "pri 0 is not an integer from 1 to 999999"),
+    (lambda: links.patch("/p", type=None), "a patch link must give the media type"),
+    (lambda: links.memento("/m", modified=None), "a memento link must give the datetime"),
+    (lambda: links.memento("/m", modified=datetime.datetime(2026, 1, 1)), "is not an aware datetime"),
+    (lambda: links.alternate("/a", type="pdf"), "is not a media type"),
+    (lambda: links.patch("/p", type="text/x-diff", path="changes/"), "must start with '/'"),
+    (lambda: links.link("Not A Rel", "/x"), "neither a registered relation type"),
+    (lambda: links.link("via", "/x", colour="red"), "unknown attribute(s) colour"),
+    (lambda: links.describedby("/x", hash="md5:xyz"), "hash 'md5:xyz'"),
+    (lambda: links.via(""), "it has no href"),
+])
+def test_a_link_a_destination_could_not_use_is_refused_with_the_reason(make, message):
+    with pytest.raises(links.InvalidLink, match=re.escape(message)):
+        make()
+
+
+def test_the_database_check_warns_of_a_source_whose_links_are_invalid(published, monkeypatch):
+    from example_project.repository.resourcesync import MetadataRecordSource
+
+    assert [e for e in checks.run_checks(databases=["default"]) if e.id == "resourcesync.W007"] == []
+    monkeypatch.setattr(MetadataRecordSource, "links", lambda self, obj: [{"rel": "memento", "href": "/v1"}])
+    (error,) = [e for e in checks.run_checks(databases=["default"]) if e.id == "resourcesync.W007"]
+    assert "metadata" in error.msg and "memento link must give the datetime" in error.msg
+    assert error.hint
+
+
+# --- Source Description Index -----------------------------------------------------------------
+
+
+def test_a_source_with_more_sets_than_one_document_lists_publishes_a_source_description_index(published, settings):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 2}
+    status, body, response = fetch("/.well-known/resourcesync")
+    assert status == 200
+    index = check_document(body, "description")
+    assert index.tag == f"{{{SM}}}sitemapindex"
+    listed = []
+    for sitemap in entries(index):
+        status, part_body, _ = fetch(path_of(sitemap.find(f"{{{SM}}}loc").text))
+        assert status == 200
+        part = check_document(part_body, "description", max_entries=2)
+        assert part.tag == f"{{{SM}}}urlset"
+        assert link(part, "index") == "http://testserver/.well-known/resourcesync"
+        listed += [e.find(f"{{{SM}}}loc").text for e in entries(part)]
+    assert listed == [CAPABILITY_LIST.format(slug) for slug in ("bitstreams", "metadata", "pages")]
+    assert fetch("/.well-known/resourcesync/3.xml")[0] == 404
+    # With fewer sets than the limit, a single document again, and the parts are gone.
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 50_000}
+    assert check_document(fetch("/.well-known/resourcesync")[1], "description").tag == f"{{{SM}}}urlset"
+    assert fetch("/.well-known/resourcesync/1.xml")[0] == 404
+
+
+
+def test_the_encoding_hook_gives_rs_md_encoding_in_lists_and_changes(published, monkeypatch, django_capture_on_commit_callbacks):
+    from example_project.repository.resourcesync import ItemPageSource
+
+    pages = published[2]  # described again on every pass (its fingerprint does not cover the entry)
+    monkeypatch.setattr(ItemPageSource, "encoding", lambda self, obj: "gzip" if obj.pk % 2 else "not a token")
+    with django_capture_on_commit_callbacks(execute=True):
+        rebuild_set(pages)
+    encodings = {
+        path_of(e.find(f"{{{SM}}}loc").text): e.find(f"{{{RS}}}md").get("encoding") for e in resource_list_entries(pages)
+    }
+    assert encodings == {item.get_absolute_url(): ("gzip" if item.pk % 2 else None) for item in Item.objects.all()}
+    status, body, _ = fetch("/resourcesync/pages/changelist.xml")
+    changed = [e.find(f"{{{RS}}}md") for e in entries(check_document(body, "changelist"))]
+    assert len(changed) == Item.objects.count() // 2, "a change of encoding is an update of the resource"
+    assert {(md.get("change"), md.get("encoding")) for md in changed} == {("updated", "gzip")}
