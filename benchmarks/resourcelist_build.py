@@ -116,6 +116,7 @@ def child_seed(var_dir, n):
             "changefreq": "",
             "links": links,
             "fingerprint": "",
+            "encoding": "",
             # What reconcile or change tracking stores for the resource: its rendered <url>.
             "entry_xml": resource_entry(**entry),
             "recorded": recorded,

@@ -13,14 +13,20 @@ robots.txt, finds the Source's Capability Lists.
 """
 
 import functools
+import logging
 
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, connections, router
 from django.http import HttpResponse
-from django.urls import NoReverseMatch
+from django.urls import NoReverseMatch, get_urlconf
 from django.views.decorators.http import require_safe
 
 from . import capabilities, uris
+from .conf import app_settings
 from .exceptions import NotRegistered, UnpublishableResource
 from .models import Build, Resource, ResourceSet
+
+logger = logging.getLogger(__name__)
 
 REL = "resourcesync"
 #: Responses that represent the resource (or confirm a cached representation of it).
@@ -36,17 +42,44 @@ def request_uri(request):
         return None
 
 
+def _lookup_sql(connection):
+    """The lookup as one statement, made once per database: the ORM takes longer to build the
+    query than the database takes to answer it, on every response of the site."""
+    quote = connection.ops.quote_name
+    resource, resource_set = Resource._meta, ResourceSet._meta
+
+    def column(meta, name):
+        return quote(meta.get_field(name).column)
+
+    return (
+        f"SELECT s.{column(resource_set, 'slug')} FROM {quote(resource.db_table)} r "
+        f"JOIN {quote(resource_set.db_table)} s ON s.{column(resource_set, 'id')} = r.{column(resource, 'resource_set')} "
+        f"WHERE r.{column(resource, 'uri')} = %s AND s.{column(resource_set, 'enabled')} = %s "
+        f"ORDER BY s.{column(resource_set, 'position')}, s.{column(resource_set, 'id')}"
+    )
+
+
+_statements = {}
+
+
+@functools.lru_cache(maxsize=4096)
+def _capability_list_uri(slug, base_url, urlconf):
+    return uris.capability_list_uri(ResourceSet(slug=slug))
+
+
 def capability_lists_for(uri):
     """The URIs of the Capability Lists of the enabled sets whose records list ``uri``: one
     query, on the index of the records' URIs."""
     if not uri:
         return []
-    slugs = (
-        Resource.objects.filter(uri=uri, resource_set__enabled=True)
-        .order_by("resource_set__position", "resource_set__pk")
-        .values_list("resource_set__slug", flat=True)
-    )
-    return [uris.capability_list_uri(ResourceSet(slug=slug)) for slug in slugs]
+    connection = connections[router.db_for_read(Resource)]
+    sql = _statements.get(connection.alias)
+    if sql is None:
+        sql = _statements[connection.alias] = _lookup_sql(connection)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [uri, True])
+        slugs = [row[0] for row in cursor.fetchall()]
+    return [_capability_list_uri(slug, app_settings.BASE_URL, get_urlconf()) for slug in slugs]
 
 
 def capability_lists(request):
@@ -54,7 +87,12 @@ def capability_lists(request):
     middleware, the template tag and the context processor share it)."""
     found = getattr(request, "_resourcesync_capability_lists", None)
     if found is None:
-        found = capability_lists_for(request_uri(request))
+        try:
+            found = capability_lists_for(request_uri(request))
+        except (DatabaseError, NoReverseMatch, ImproperlyConfigured):
+            # The response stands without its links: never a 500 for them.
+            logger.warning("No discovery links for %s: they could not be looked up", request.path, exc_info=True)
+            found = []
         request._resourcesync_capability_lists = found
     return found
 

@@ -153,3 +153,54 @@ def test_resync_follows_the_change_list_and_ends_in_sync(demo, tmp_path, monkeyp
             with pytest.raises(urllib.error.HTTPError) as answer:
                 urllib.request.urlopen(uri, timeout=10)
             assert answer.value.code == 404
+
+
+def test_a_destination_that_lands_on_a_resource_finds_the_source(demo):
+    """Over HTTP, from one resource alone: its Link header names a Capability List (read by
+    resync), whose up link is the Source Description that lists it; the landing pages say the
+    same in HTML, and robots.txt names every Resource List."""
+    import re
+
+    from lxml import html
+    from resync.capability_list import CapabilityList
+    from resync.resource_list import ResourceList
+
+    robots = urllib.request.urlopen(f"{demo}/robots.txt", timeout=30).read().decode()
+    sitemaps = re.findall(r"^Sitemap: (\S+)$", robots, re.M)
+    assert sitemaps == [f"{demo}/resourcesync/{slug}/resourcelist.xml" for slug in ("bitstreams", "metadata", "pages")]
+    for slug, resource_list in zip(("bitstreams", "metadata", "pages"), sitemaps):
+        listed = ResourceList()
+        listed.read(uri=resource_list)
+        uri = next(iter(listed)).uri
+        found = {}
+        for method in ("HEAD", "GET"):
+            with urllib.request.urlopen(urllib.request.Request(uri, method=method), timeout=30) as response:
+                found[method] = re.findall(r'<([^>]+)>;\s*rel="resourcesync"', response.headers["Link"])
+                body = response.read()
+        target = f"{demo}/resourcesync/{slug}/capabilitylist.xml"
+        assert found == {"HEAD": [target], "GET": [target]}
+        capability_list = CapabilityList()
+        capability_list.read(uri=target)
+        assert capability_list.has_capability("resourcelist")
+        description = SourceDescription()
+        description.read(uri=capability_list.up)
+        assert description.capability == "description"
+        assert target in [resource.uri for resource in description.resources]
+        if slug == "pages":
+            assert html.fromstring(body).xpath('//head/link[@rel="resourcesync"]/@href') == [target]
+
+
+def test_the_landing_pages_served_are_the_bytes_listed(demo):
+    """resync's file mapping cannot mirror URIs that end in "/" (a landing page): the audit of
+    that set, as a Destination makes it, by fetching each page and hashing it."""
+    from resync.resource_list import ResourceList
+
+    listed = ResourceList()
+    listed.read(uri=f"{demo}/resourcesync/pages/resourcelist.xml")
+    assert len(listed) > 0
+    for resource in listed:
+        data = urllib.request.urlopen(resource.uri, timeout=30).read()
+        assert (len(data), hashlib.md5(data).hexdigest(), hashlib.sha256(data).hexdigest()) == (
+            resource.length, resource.md5, resource.sha256
+        ), resource.uri
+        assert b'rel="resourcesync"' in data

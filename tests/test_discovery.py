@@ -7,8 +7,10 @@ import re
 
 import pytest
 from django.core import checks
+from django.db import DatabaseError
 from django.http import HttpResponse
 from django.test import Client, RequestFactory
+from django.urls import NoReverseMatch
 from lxml import etree
 
 from django_resourcesync import discovery, links
@@ -302,3 +304,15 @@ def test_the_encoding_hook_gives_rs_md_encoding_in_lists_and_changes(published, 
     changed = [e.find(f"{{{RS}}}md") for e in entries(check_document(body, "changelist"))]
     assert len(changed) == Item.objects.count() // 2, "a change of encoding is an update of the resource"
     assert {(md.get("change"), md.get("encoding")) for md in changed} == {("updated", "gzip")}
+
+
+@pytest.mark.parametrize("failure", [NoReverseMatch("the app's URLs are not included"), DatabaseError("connection lost")])
+def test_a_lookup_that_fails_leaves_the_response_as_it_was(published, monkeypatch, failure):
+    path = sampled(published[0], 1)[0]
+
+    def fail(uri):
+        raise failure
+
+    monkeypatch.setattr(discovery, "capability_lists_for", fail)
+    response = discovery.ResourceSyncLinkMiddleware(lambda request: HttpResponse("bytes"))(RequestFactory().get(path))
+    assert response.status_code == 200 and "Link" not in response.headers
