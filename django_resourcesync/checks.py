@@ -263,7 +263,8 @@ def _check_links(resource_set):
         if problems:
             errors.append(Warning(
                 f"Resource set {resource_set.slug!r}: links() of its source {resource_set.source!r} gives object {obj.pk} "
-                f"the link {link!r}, which is not published: {'; '.join(problems)}.",
+                f"the link {link!r}, which is not valid: {'; '.join(problems)}. Entries leave out the attributes the "
+                "schema refuses, or the whole link.",
                 hint="Make links with django_resourcesync.links (links.memento(), links.patch()...), which say what "
                 "each relation of the spec's section 14 needs.",
                 obj=resource_set, id="resourcesync.W007",

@@ -18,7 +18,7 @@ import logging
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections, router
 from django.http import HttpResponse
-from django.urls import NoReverseMatch, get_urlconf
+from django.urls import NoReverseMatch, get_script_prefix, get_urlconf
 from django.views.decorators.http import require_safe
 
 from . import capabilities, uris
@@ -63,7 +63,8 @@ _statements = {}
 
 
 @functools.lru_cache(maxsize=4096)
-def _capability_list_uri(slug, base_url, urlconf):
+def _capability_list_uri(slug, base_url, urlconf, script_prefix):
+    """A set's Capability List URI, for as long as what ``reverse()`` depends on stays."""
     return uris.capability_list_uri(ResourceSet(slug=slug))
 
 
@@ -79,7 +80,7 @@ def capability_lists_for(uri):
     with connection.cursor() as cursor:
         cursor.execute(sql, [uri, True])
         slugs = [row[0] for row in cursor.fetchall()]
-    return [_capability_list_uri(slug, app_settings.BASE_URL, get_urlconf()) for slug in slugs]
+    return [_capability_list_uri(slug, app_settings.BASE_URL, get_urlconf(), get_script_prefix()) for slug in slugs]
 
 
 def capability_lists(request):
@@ -147,8 +148,9 @@ def _wants_links(request, response):
 
 class ResourceSyncLinkMiddleware:
     """Adds ``Link: <capability list>; rel="resourcesync"`` to every response whose URL is a
-    resource of an enabled set. Put it above ``ConditionalGetMiddleware`` (and GZip) in
-    ``MIDDLEWARE``, or anywhere: a 304 gets the links too."""
+    resource of an enabled set. Put it first in ``MIDDLEWARE``, above
+    ``ConditionalGetMiddleware`` at least: the 304 that one makes keeps a few headers only, and
+    this one then adds its links to the response the client gets."""
 
     def __init__(self, get_response):
         self.get_response = get_response

@@ -385,12 +385,14 @@ class Served:
 
 def public_state(slug, *, hashes=False, client=None):
     """``{uri: sha-256 or None}`` of what the site serves the public in the demo set ``slug``:
-    the files of public items ("bitstreams"), their metadata records ("metadata"). With
-    ``hashes``, every one is fetched from the site and hashed."""
+    the files of public items ("bitstreams"), their metadata records ("metadata"), their
+    landing pages ("pages"). With ``hashes``, every one is fetched from the site and hashed."""
     if slug == "bitstreams":
         paths = [f.get_absolute_url() for f in ItemFile.objects.filter(item__is_public=True).select_related("item")]
     elif slug == "metadata":
         paths = [item.get_metadata_url() for item in Item.objects.filter(is_public=True)]
+    elif slug == "pages":
+        paths = [item.get_absolute_url() for item in Item.objects.filter(is_public=True)]
     else:
         raise ValueError(slug)
     client = client or Client()

@@ -366,7 +366,7 @@ def background(tracked, monkeypatch, transactional_db):
     outbox.dispatcher.flush()
 
 
-def test_autocommit_saves_reach_the_outbox_through_the_dispatcher(tracked, background):
+def test_autocommit_saves_reach_the_outbox_through_the_dispatcher(pages, tracked, background):
     from django_resourcesync.tracking import outbox
 
     items = list(Item.objects.order_by("pk")[:3])

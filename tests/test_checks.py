@@ -81,7 +81,7 @@ def test_unregistered_source_is_not_a_500():
 
 
 @pytest.mark.django_db
-def test_rebuild_command_reports_a_broken_set_and_goes_on(capsys):
+def test_rebuild_command_reports_a_broken_set_and_goes_on(bitstreams, metadata, pages, capsys):
     from django.core.management.base import CommandError
 
     ResourceSet.objects.create(name="Ghost", slug="ghost", source="nosuchsource", capabilities=["resourcelist"])

@@ -7,7 +7,7 @@ from django_resourcesync.models import Build, ResourceSet
 pytestmark = pytest.mark.django_db
 
 
-def test_rebuild_prints_progress_and_a_summary(seed, bitstreams, metadata, capsys):
+def test_rebuild_prints_progress_and_a_summary(seed, bitstreams, metadata, pages, capsys):
     seed(5)  # 6 files and 5 items: their records and landing pages
     call_command("resourcesync_rebuild", verbosity=2)
     captured = capsys.readouterr()
@@ -45,7 +45,7 @@ def test_rebuild_refuses_a_disabled_set(metadata):
         call_command("resourcesync_rebuild", "--set", "metadata", verbosity=0)
 
 
-def test_rebuild_all_task_goes_on_after_a_failing_set(seed, bitstreams, metadata):
+def test_rebuild_all_task_goes_on_after_a_failing_set(seed, bitstreams, metadata, pages):
     from django_resourcesync.tasks import rebuild_all_task
 
     seed(2)
