@@ -41,6 +41,14 @@ class ResourceSetForm(forms.ModelForm):
         no rows may not be checked (SQLite): its first build then fails and says why."""
         cleaned = super().clean()
         source, lookups = cleaned.get("source"), cleaned.get("lookups")
+        dumps = capabilities.needing_bytes(cleaned.get("capabilities") or [])
+        if source in registry and dumps and not registry.get(source).gives_bytes:
+            names = ", ".join(str(capabilities.get(name).label) for name in dumps)
+            self.add_error(
+                "capabilities",
+                _("The source %(source)s gives no bytes (neither a file nor content), so it cannot offer %(dumps)s: "
+                  "a dump holds the resources' bytes.") % {"source": source, "dumps": names},
+            )
         if source in registry and isinstance(lookups, dict):
             try:
                 with transaction.atomic():

@@ -43,6 +43,7 @@ class Capability:
     in_parts: bool = False  #: rendered in parts (by Celery workers when there are some)
     build_lock: bool = True  #: rebuilt under the set's build lock for it
     lists_resources: bool = False  #: lists the set's resources: its builds report left-out objects
+    needs_bytes: bool = False  #: packs the resources' bytes: only for a source that gives them
 
     @property
     def builder(self):
@@ -62,8 +63,9 @@ TABLE = (
     Capability(CHANGELIST, "changelist.xml", _("Change List"), "django_resourcesync.builders.changelist",
                served=LIVE, build_lock=False),
     Capability(RESOURCEDUMP, "resourcedump.xml", _("Resource Dump"), "django_resourcesync.builders.resourcedump",
-               in_parts=True, lists_resources=True),
-    Capability(CHANGEDUMP, "changedump.xml", _("Change Dump"), "django_resourcesync.builders.changedump", served=LIVE),
+               in_parts=True, lists_resources=True, needs_bytes=True),
+    Capability(CHANGEDUMP, "changedump.xml", _("Change Dump"), "django_resourcesync.builders.changedump", served=LIVE,
+               needs_bytes=True),
 )
 BY_NAME = {capability.name: capability for capability in TABLE}
 
@@ -73,3 +75,8 @@ CAPABILITY_CHOICES = [(capability.name, capability.label) for capability in TABL
 
 def get(name):
     return BY_NAME[name]
+
+
+def needing_bytes(names):
+    """The capabilities among ``names`` that pack bytes (the dumps)."""
+    return [name for name in names if name in BY_NAME and BY_NAME[name].needs_bytes]

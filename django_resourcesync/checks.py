@@ -11,6 +11,7 @@ from django.db import DatabaseError
 from django.http.request import validate_host
 from django.urls import NoReverseMatch, reverse
 
+from . import capabilities
 from .conf import DEFAULTS, app_settings, source_module_errors
 from .links import problems as link_problems
 from .models import ResourceSet
@@ -222,6 +223,18 @@ def check_sets(app_configs=None, databases=None, **kwargs):
             )
             continue
         errors += _check_links(resource_set)
+        dumps = capabilities.needing_bytes(resource_set.capabilities or [])
+        if dumps and not resource_set.get_source().gives_bytes:
+            errors.append(
+                Warning(
+                    f"Resource set {resource_set.slug!r} offers {', '.join(dumps)}, but its source "
+                    f"{resource_set.source!r} gives no bytes (neither file() nor content()): a dump of it would be empty.",
+                    hint="Take the dumps off the set in the admin, or give the source a file() or content(); they are not "
+                    "built meanwhile.",
+                    obj=resource_set,
+                    id="resourcesync.W008",
+                )
+            )
         if resource_set.base_url and app_settings.BASE_URL and resource_set.base_url != app_settings.BASE_URL:
             errors.append(
                 Warning(

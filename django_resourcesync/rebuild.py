@@ -1,10 +1,14 @@
 """One entry point for bringing a set's documents up to date, shared by tasks and commands."""
 
+import logging
+
 from django.utils import timezone
 
 from . import capabilities, tracking
 from .builders.context import BuildContext
 from .builders.locks import build_lock
+
+logger = logging.getLogger(__name__)
 
 
 def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None, parallel=False, refresh=True):
@@ -39,6 +43,12 @@ def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None, para
             if capability.lists_resources:
                 BuildContext(resource_set, capability.name, at=timezone.now()).fail(exc)
         raise
+    if not resource_set.get_source().gives_bytes:
+        # A dump of resources without bytes would be empty (check resourcesync.W008 says so).
+        skipped = [capability.name for capability in wanted if capability.needs_bytes]
+        if skipped:
+            logger.warning("Set %s: its source gives no bytes; %s not built", resource_set.slug, ", ".join(skipped))
+        wanted = [capability for capability in wanted if not capability.needs_bytes]
     builds = []
     for capability in wanted:
         options = {"progress": progress, "batch_size": batch_size, "parallel": parallel}

@@ -206,6 +206,12 @@ class ResourceSource:
 
     # -- the machinery below is not meant to be overridden --------------------------------
 
+    @property
+    def gives_bytes(self):
+        """Whether the source can give any resource's bytes: its ``file`` or ``content`` is its
+        own. One that gives none lists resources without hashes and cannot offer dumps."""
+        return any(getattr(type(self), hook) not in (getattr(ResourceSource, hook), None) for hook in ("file", "content"))
+
     @cached_property
     def item_model(self):
         return self.items().model

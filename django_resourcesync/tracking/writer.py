@@ -19,7 +19,8 @@ logger = logging.getLogger(__name__)
 
 RENDERED_FIELDS = ("uri", "lastmod", "changefreq", "md5", "sha256", "length", "media_type", "links", "encoding")
 ENTRY_FIELDS = (*RENDERED_FIELDS, "fingerprint", "entry_xml")
-# What a Destination fetches: a change of any of these is an "updated" event.
+# What a Destination fetches: a change of any of these is an "updated" event (of a resource
+# whose bytes are known; one without bytes is updated whenever its entry or fingerprint changes).
 REPRESENTATION_FIELDS = ("md5", "sha256", "length", "media_type", "encoding")
 
 
@@ -194,10 +195,12 @@ class SetWriter:
                 # A resource that moves is, to a Destination, one deleted and one created.
                 changes.append(Change(key, row["uri"], "deleted"))
                 changes.append(Change.of(key, "created", values))
-            elif any(name in changed for name in REPRESENTATION_FIELDS):
+            elif any(name in changed for name in REPRESENTATION_FIELDS) or not (values["sha256"] or row["sha256"]):
+                # With bytes, a change of them; without (a source that knows none), a change of
+                # its fingerprint or of anything its entry shows: the only changes it can tell.
                 changes.append(Change.of(key, "updated", values))
             else:
-                self.counts.unchanged += 1  # only lastmod, links or the like: no event
+                self.counts.unchanged += 1  # the same bytes, only lastmod, links or the like: no event
             writes[key] = values
             gone.append(row["id"])  # rewritten below: cheaper than an UPDATE per row
         present = sum(1 for key in keys if objects[key] is not None)

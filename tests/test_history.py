@@ -1,0 +1,104 @@
+"""The change history to the letter (spec sections 12 and 13): every kind of source reports its
+updates, and only a source that gives bytes offers dumps."""
+
+import pytest
+from django.core import checks
+
+from django_resourcesync import sources
+from django_resourcesync.admin import ResourceSetForm
+from django_resourcesync.models import Build, ResourceSet
+from django_resourcesync.rebuild import rebuild_set
+from django_resourcesync.sources import registry
+from example_project.repository.models import Item
+
+from .helpers import fetch
+from .xmlcheck import SM, check_document, entries, md
+
+pytestmark = pytest.mark.django_db
+
+ALL = ["resourcelist", "changelist", "resourcedump", "changedump"]
+
+
+class LandingLastmod(sources.ResourceSource):
+    """Item landing pages described by their ``lastmod`` alone: no file, no content."""
+
+    name = "lastmod-only"
+
+    def items(self):
+        return Item.objects.filter(is_public=True)
+
+    def lastmod(self, obj):
+        return obj.modified
+
+
+def changes(resource_set):
+    """[(change, loc, md)] of the set's open Change List, checked against schema and spec rules."""
+    status, body, _ = fetch(f"/resourcesync/{resource_set.slug}/changelist.xml")
+    assert status == 200
+    return [(md(e)["change"], e.find(f"{{{SM}}}loc").text, md(e)) for e in entries(check_document(body, "changelist"))]
+
+
+@pytest.fixture
+def lastmod_only(seed, committing, documents_storage):
+    registry.register(LandingLastmod)
+    try:
+        resource_set = ResourceSet.objects.create(
+            name="Landing pages, lastmod only", slug="lastmod-only", source="lastmod-only",
+            capabilities=["resourcelist", "changelist"],
+        )
+        with committing():
+            seed(3)
+        rebuild_set(resource_set)
+        yield resource_set
+    finally:
+        registry.unregister("lastmod-only")
+
+
+@pytest.fixture
+def committing(django_capture_on_commit_callbacks):
+    return lambda: django_capture_on_commit_callbacks(execute=True)
+
+
+def test_a_source_without_bytes_reports_an_update_when_its_lastmod_moves(lastmod_only, committing):
+    item = Item.objects.order_by("pk").first()
+    assert changes(lastmod_only) == []
+    with committing():
+        item.title = "Retitled"
+        item.save()
+    [(change, loc, meta)] = changes(lastmod_only)
+    assert (change, loc) == ("updated", f"http://testserver{item.get_absolute_url()}")
+    assert "hash" not in meta and "length" not in meta
+    with committing():
+        item.save()  # saved again: a new lastmod, a new change
+    assert [change for change, _loc, _meta in changes(lastmod_only)] == ["updated", "updated"]
+
+
+def test_a_source_with_bytes_reports_no_update_when_only_its_lastmod_moves(seed, metadata, committing, documents_storage):
+    metadata.capabilities = ["resourcelist", "changelist"]
+    metadata.save()
+    with committing():
+        seed(2)
+    rebuild_set(metadata)
+    item = Item.objects.order_by("pk").first()
+    with committing():
+        item.save()  # lastmod moves, the record's bytes are the same
+    assert changes(metadata) == []
+
+
+def test_a_source_without_bytes_cannot_offer_dumps(lastmod_only, seed):
+    assert not registry.get("lastmod-only").gives_bytes
+    assert registry.get("bitstreams").gives_bytes and registry.get("metadata").gives_bytes
+    values = {"name": "S", "slug": "s", "source": "lastmod-only", "lookups": "{}", "position": 0}
+    form = ResourceSetForm(data={**values, "capabilities": ALL})
+    assert not form.is_valid()
+    error = str(form.errors["capabilities"])
+    assert "gives no bytes" in error and "Resource Dump, Change Dump" in error
+    assert ResourceSetForm(data={**values, "capabilities": ["resourcelist", "changelist"]}).is_valid()
+    # A set configured so before (or behind the form's back): a warning, and no empty dump.
+    ResourceSet.objects.filter(pk=lastmod_only.pk).update(capabilities=ALL)
+    lastmod_only.refresh_from_db()
+    (warning,) = [e for e in checks.run_checks(databases=["default"]) if e.id == "resourcesync.W008"]
+    assert "lastmod-only" in warning.msg and "resourcedump, changedump" in warning.msg
+    built = rebuild_set(lastmod_only)
+    assert {build.capability for build in built} == {"resourcelist"}
+    assert not Build.objects.filter(resource_set=lastmod_only, capability__in=["resourcedump", "changedump"]).exists()
