@@ -102,3 +102,45 @@ def test_a_source_without_bytes_cannot_offer_dumps(lastmod_only, seed):
     built = rebuild_set(lastmod_only)
     assert {build.capability for build in built} == {"resourcelist"}
     assert not Build.objects.filter(resource_set=lastmod_only, capability__in=["resourcedump", "changedump"]).exists()
+
+
+def test_lists_and_packages_closed_in_the_middle_of_a_batch_have_strict_boundaries(
+    seed, metadata, committing, documents_storage, settings
+):
+    """A Destination that goes on from a closed list (or package) with what comes after its
+    ``until`` misses nothing: no event of the next one is at that instant."""
+    from django_resourcesync import tracking
+    from django_resourcesync.builders import changedump
+    from django_resourcesync.models import ChangeDumpPackage, ChangeEvent, ChangeList
+
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 3}
+    metadata.capabilities = ["resourcelist", "changelist", "changedump"]
+    metadata.save()
+    with committing():
+        seed(5)
+    rebuild_set(metadata)
+    first = Item.objects.filter(pk=Item.objects.order_by("pk").first().pk)
+    with committing():
+        first.update(title="First")
+        tracking.changed(first)
+    assert changedump.package_changes(metadata).entries == 1  # packages no longer line up with lists
+    with committing():
+        Item.objects.update(title="One batch")  # no signals: the bulk API records them at once
+        assert tracking.changed(Item.objects.all()) > 0
+    lists = list(ChangeList.objects.filter(resource_set=metadata).order_by("number"))
+    assert len(lists) >= 2
+    for closed, following in zip(lists, lists[1:]):
+        assert following.from_time == closed.until
+        assert all(event.datetime <= closed.until for event in closed.changes.all())
+        assert all(event.datetime > closed.until for event in following.changes.all()), "an event at until in the next list"
+    while changedump.package_changes(metadata) is not None:
+        pass
+    packages = list(ChangeDumpPackage.objects.filter(resource_set=metadata).order_by("number"))
+    assert sum(package.entries for package in packages) == ChangeEvent.objects.filter(resource_set=metadata).count() == 6
+    for package, following in zip(packages, packages[1:]):
+        assert following.from_time == package.until
+        events = ChangeEvent.objects.filter(resource_set=metadata)
+        assert all(e.datetime <= package.until for e in events.filter(id__gte=package.first_event, id__lte=package.last_event))
+        assert all(e.datetime > package.until for e in events.filter(id__gte=following.first_event, id__lte=following.last_event))
+    status, body, _ = fetch("/resourcesync/metadata/changelist.xml")
+    check_document(body, "changelist")

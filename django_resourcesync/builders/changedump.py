@@ -69,8 +69,15 @@ def package_changes(resource_set):
             return None
         until = max(timezone.now(), events.order_by("-id").first().datetime)
         from_time = previous.until if previous is not None else start.from_time
-    events = list(events.filter(id__lte=last).order_by("id")[: app_settings.MAX_ENTRIES_PER_DOCUMENT])
-    if len(events) == app_settings.MAX_ENTRIES_PER_DOCUMENT:
+    limit = app_settings.MAX_ENTRIES_PER_DOCUMENT
+    events = list(events.filter(id__lte=last).order_by("id")[: limit + 1])
+    if len(events) > limit:
+        # A full package ends between two datetimes, so that the next one holds only events
+        # after its until (events of one datetime are not cut apart, unless they alone fill it).
+        following = events[limit].datetime
+        events = events[:limit]
+        kept = [event for event in events if event.datetime < following]
+        events = kept or events
         until = events[-1].datetime
     number = previous.number + 1 if previous is not None else 1
     return _cut(resource_set, number, events, from_time, until)

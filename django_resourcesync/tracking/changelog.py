@@ -24,6 +24,8 @@ NAME = "changelist.xml"
 # Periods are counted from a Monday midnight (UTC), so weeks start on Mondays, days at midnight.
 EPOCH = datetime.datetime(1970, 1, 5, tzinfo=datetime.timezone.utc)
 PERIODS = {"hourly": 3600, "daily": 86400, "weekly": 7 * 86400}
+#: The smallest step of a datetime: an event after a list closed at ``until`` is at least this later.
+TICK = datetime.timedelta(microseconds=1)
 
 
 def period_seconds():
@@ -75,7 +77,9 @@ class ChangeLog:
             until = self._closing_point(moment)
             if until is not None:
                 self._close(until)
-                moment = max(moment, self.open.from_time)
+                # Strictly after the closed list's until: a Destination that goes on from a
+                # closed list with the events after its until misses none.
+                moment = max(moment, until + TICK)
             batch = changes[done : done + app_settings.MAX_ENTRIES_PER_DOCUMENT - self.open.entries]
             stamp = w3c_datetime(moment)
             set_id, list_id = self.resource_set.pk, self.open.pk
