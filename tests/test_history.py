@@ -144,3 +144,41 @@ def test_lists_and_packages_closed_in_the_middle_of_a_batch_have_strict_boundari
         assert all(e.datetime > package.until for e in events.filter(id__gte=following.first_event, id__lte=following.last_event))
     status, body, _ = fetch("/resourcesync/metadata/changelist.xml")
     check_document(body, "changelist")
+
+
+def test_every_document_stays_within_max_document_bytes(seed, bitstreams, committing, documents_storage, settings):
+    """Change Lists and the manifests of both dumps are split (or packages cut) before they
+    pass the byte limit, as Resource Lists are."""
+    from django_resourcesync import tracking
+    from django_resourcesync.builders import changedump
+    from django_resourcesync.models import ChangeList, Document
+    from example_project.repository.models import ItemFile
+
+    from .test_dumps import unpack
+
+    limit = 10_000  # the smallest limit the settings check accepts; a file's entry is about 600 bytes
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_DOCUMENT_BYTES": limit}
+    bitstreams.capabilities = ALL
+    bitstreams.save()
+    with committing():
+        seed(15)
+    rebuild_set(bitstreams)
+    files = ItemFile.objects.all()
+    with committing():
+        files.update(media_type="application/x-renamed")  # no signals: one batch of updates
+        assert tracking.changed(files) >= 20
+    lists = ChangeList.objects.filter(resource_set=bitstreams).order_by("number")
+    assert lists.count() >= 2, "the updates do not fit one list of 10,000 bytes"
+    for changelist in lists:
+        status, body, _ = fetch(f"/resourcesync/bitstreams/changelist/{changelist.number}.xml")
+        assert status == 200 and len(body) <= limit, (changelist, len(body))
+        check_document(body, "changelist")
+    while changedump.package_changes(bitstreams) is not None:
+        pass
+    for capability in ("resourcedump", "changedump"):
+        packages = unpack(bitstreams, capability)
+        assert len(packages) >= 2, capability
+    manifests = Document.objects.filter(resource_set=bitstreams, name__endswith="manifest.xml")
+    assert manifests.exists() and all(document.size <= limit for document in manifests)
+    package_manifests = bitstreams.changedump_packages.values_list("manifest_size", flat=True)
+    assert len(package_manifests) >= 2 and max(package_manifests) <= limit

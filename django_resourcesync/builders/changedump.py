@@ -26,7 +26,7 @@ from ..models import Build, ChangeDumpPackage, ChangeEvent, ChangeList, Resource
 from ..served import GONE, Served
 from ..xml.writer import DocumentWriter, url_element, w3c_datetime
 from .context import BuildContext
-from .resourcedump import Packer, dump_entry
+from .resourcedump import Packer, dump_entry, manifest_entry_size
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,13 @@ def package_changes(resource_set):
         from_time = previous.until if previous is not None else start.from_time
     limit = app_settings.MAX_ENTRIES_PER_DOCUMENT
     events = list(events.filter(id__lte=last).order_by("id")[: limit + 1])
+    # The manifest (one document, a package is not split) within MAX_DOCUMENT_BYTES too.
+    size = DocumentWriter.HEAD_ROOM
+    for index, event in enumerate(events):
+        size += manifest_entry_size(event)
+        if index and size > app_settings.MAX_DOCUMENT_BYTES:
+            limit = min(limit, index)
+            break
     if len(events) > limit:
         # A full package ends between two datetimes, so that the next one holds only events
         # after its until (events of one datetime are not cut apart, unless they alone fill it).

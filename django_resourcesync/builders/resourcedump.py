@@ -48,6 +48,12 @@ def _stem(build, number, package):
     return f"resourcedump/{build.pk}/part-{number:05d}" + (f"-{package}" if package > 1 else "")
 
 
+def manifest_entry_size(row):
+    """About the bytes of the manifest entry of ``row`` (a Resource or a ChangeEvent): its list
+    entry, and the ``path`` attribute (at most the URI's length) and ``change``/``datetime``."""
+    return len(row.entry_xml or "") + len(row.uri) + 96
+
+
 def package_name(build, number, package=1):
     """Package ``package`` of part ``number`` (the first has no suffix)."""
     return f"{_stem(build, number, package)}.zip"
@@ -90,10 +96,14 @@ class Packer:
         self.names = MemberNames()
         self.started = timezone.now()
 
-    def fits(self, size_hint):
+    def fits(self, size_hint, entry_hint=0):
+        """Whether a bitstream of ``size_hint`` bytes, whose manifest entry is about
+        ``entry_hint`` bytes, goes into the open package: its bitstreams within
+        ``DUMP_PACKAGE_BYTES``, its manifest within ``MAX_ENTRIES_PER_DOCUMENT`` and
+        ``MAX_DOCUMENT_BYTES``."""
         if self.package is None or not self.split:
             return True
-        full = self.package.members >= app_settings.MAX_ENTRIES_PER_DOCUMENT
+        full = not self.manifest.fits(entry_hint, app_settings.MAX_ENTRIES_PER_DOCUMENT, app_settings.MAX_DOCUMENT_BYTES)
         big = self.package.members and self.package.bitstream_bytes + (size_hint or 0) > app_settings.DUMP_PACKAGE_BYTES
         return not (full or big)
 
@@ -116,7 +126,7 @@ class Packer:
             return None
         # The size the file has now decides, so a record that is wrong never overfills a package.
         size = self._current_size(obj, row.length)
-        if not self.fits(size):
+        if not self.fits(size, manifest_entry_size(row)):
             self.finish()
         if self.package is None:
             self._start()

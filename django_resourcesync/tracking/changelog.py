@@ -74,31 +74,39 @@ class ChangeLog:
             # Every event of a call has the same datetime (the clock's, or the last event's if
             # the clock went back), so a list can only close before the first one, or when full.
             moment = max(now, self.open.last_datetime or self.open.from_time)
-            until = self._closing_point(moment)
+            until = self._closing_point(moment, len(self._entry(changes[done], w3c_datetime(moment))))
             if until is not None:
                 self._close(until)
                 # Strictly after the closed list's until: a Destination that goes on from a
                 # closed list with the events after its until misses none.
                 moment = max(moment, until + TICK)
-            batch = changes[done : done + app_settings.MAX_ENTRIES_PER_DOCUMENT - self.open.entries]
             stamp = w3c_datetime(moment)
+            room = app_settings.MAX_ENTRIES_PER_DOCUMENT - self.open.entries
+            size, rows = self.open.size, []
             set_id, list_id = self.resource_set.pk, self.open.pk
-            self._insert([
-                (
+            for change in changes[done : done + room]:
+                entry = self._entry(change, stamp)
+                if rows and DocumentWriter.HEAD_ROOM + size + len(entry) > app_settings.MAX_DOCUMENT_BYTES:
+                    break  # the list is full by its bytes: the next round closes it
+                size += len(entry)
+                rows.append((
                     set_id, list_id, change.object_pk, change.uri, change.change, moment,
-                    change.lastmod, change.md5, change.sha256, change.length, change.media_type, change.encoding,
-                    change_entry(
-                        change.uri, change.change, stamp, change.lastmod, change.md5, change.sha256,
-                        change.length, change.media_type, change.links, change.encoding
-                    ),
-                )
-                for change in batch
-            ])
-            self.open.entries += len(batch)
+                    change.lastmod, change.md5, change.sha256, change.length, change.media_type, change.encoding, entry,
+                ))
+            self._insert(rows)
+            self.open.entries += len(rows)
+            self.open.size = size
             self.open.last_datetime = moment
-            done += len(batch)
+            done += len(rows)
         if changes:
-            self.open.save(update_fields=["entries", "last_datetime"])
+            self.open.save(update_fields=["entries", "last_datetime", "size"])
+
+    @staticmethod
+    def _entry(change, stamp):
+        return change_entry(
+            change.uri, change.change, stamp, change.lastmod, change.md5, change.sha256,
+            change.length, change.media_type, change.links, change.encoding
+        )
 
     EVENT_FIELDS = (
         "resource_set_id", "changelist_id", "object_pk", "uri", "change", "datetime",
@@ -108,18 +116,21 @@ class ChangeLog:
     def _insert(self, rows):
         bulk.insert(ChangeEvent, self.EVENT_FIELDS, rows, router.db_for_write(ChangeEvent))
 
-    def _closing_point(self, moment):
-        """``until`` for the open list if an event at ``moment`` may not join it, else ``None``."""
+    def _closing_point(self, moment, entry_size):
+        """``until`` for the open list if an event at ``moment`` (its entry ``entry_size``
+        bytes) may not join it, else ``None``. The list's ``size`` counts its entries' bytes
+        while it is open: the document stays within ``MAX_DOCUMENT_BYTES``, as Resource Lists do."""
         current = self.open
         if not current.entries:
             return None
-        if current.entries >= app_settings.MAX_ENTRIES_PER_DOCUMENT:
+        full = current.entries >= app_settings.MAX_ENTRIES_PER_DOCUMENT
+        if full or DocumentWriter.HEAD_ROOM + current.size + entry_size > app_settings.MAX_DOCUMENT_BYTES:
             return current.last_datetime
         boundary = period_end(current.last_datetime)
         return boundary if boundary <= moment else None
 
     def _close(self, until):
-        self.open.save(update_fields=["entries", "last_datetime"])
+        self.open.save(update_fields=["entries", "last_datetime", "size"])
         close(self.open, until)
         self.open = ChangeList.objects.create(resource_set=self.resource_set, number=self.open.number + 1, from_time=until)
 
