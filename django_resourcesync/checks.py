@@ -256,13 +256,14 @@ def _check_links(resource_set):
     source = resource_set.get_source()
     try:
         obj = source.queryset(resource_set.lookups).order_by("pk").first()
-        given = source._get("links", obj, []) if obj is not None else []
     except (DatabaseError, FieldError, ValueError, TypeError, ImproperlyConfigured):
         return []  # the set's filter or source is reported above, or the database is not ready
-    except Exception as exc:  # the source's own code: say so, do not stop the checks
+    if obj is None:
+        return []
+    try:
+        given, failure = source._get("links", obj, []), None
+    except Exception as exc:  # the source's own code (an InvalidLink from a helper): say so
         given, failure = [], exc
-    else:
-        failure = None
     errors = []
     if failure is not None:
         errors.append(Warning(

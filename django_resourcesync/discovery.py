@@ -12,19 +12,22 @@ robots.txt, finds the Source's Capability Lists.
   (section 6.3.4); :func:`robots_lines` gives the lines to a site that writes its own.
 """
 
+import contextlib
 import functools
+import json
 import logging
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, connections, router
+from django.db import DatabaseError, connections, router, transaction
 from django.http import HttpResponse
 from django.urls import NoReverseMatch, get_script_prefix, get_urlconf
 from django.views.decorators.http import require_safe
 
 from . import capabilities, uris
+from .capabilities import CHANGELIST
 from .conf import app_settings
 from .exceptions import NotRegistered, UnpublishableResource
-from .models import Build, Resource, ResourceSet
+from .models import Build, ChangeList, Resource, ResourceSet
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +39,10 @@ LINKED_STATUSES = frozenset({200, 203, 206, 304})
 def request_uri(request):
     """The request's URI as the sets' records write a resource's: ``BASE_URL`` and the path with
     its query, percent-encoded; ``None`` when it could not be published (too long, say)."""
+    query = request.META.get("QUERY_STRING", "")
     try:
-        return uris.absolute_uri(request.get_full_path())
+        # The decoded path, encoded as entries are (Django's own escaping differs: "=", ";").
+        return uris.absolute_uri(request.path + ("?" + query if query else ""))
     except (UnpublishableResource, ValueError):
         return None
 
@@ -46,17 +51,35 @@ def _lookup_sql(connection):
     """The lookup as one statement, made once per database: the ORM takes longer to build the
     query than the database takes to answer it, on every response of the site."""
     quote = connection.ops.quote_name
-    resource, resource_set = Resource._meta, ResourceSet._meta
+    resource, resource_set, build, changelist = Resource._meta, ResourceSet._meta, Build._meta, ChangeList._meta
 
     def column(meta, name):
         return quote(meta.get_field(name).column)
 
-    return (
-        f"SELECT s.{column(resource_set, 'slug')} FROM {quote(resource.db_table)} r "
-        f"JOIN {quote(resource_set.db_table)} s ON s.{column(resource_set, 'id')} = r.{column(resource, 'resource_set')} "
-        f"WHERE r.{column(resource, 'uri')} = %s AND s.{column(resource_set, 'enabled')} = %s "
-        f"ORDER BY s.{column(resource_set, 'position')}, s.{column(resource_set, 'id')}"
+    set_id = column(resource_set, "id")
+    # Whether the set's Capability List lists something (it answers 404 before): a published
+    # build, or a change log (which it lists when it offers Change Lists).
+    built = (
+        f"EXISTS (SELECT 1 FROM {quote(build.db_table)} b WHERE b.{column(build, 'resource_set')} = s.{set_id} "
+        f"AND b.{column(build, 'status')} = %s)"
     )
+    logged = f"EXISTS (SELECT 1 FROM {quote(changelist.db_table)} c WHERE c.{column(changelist, 'resource_set')} = s.{set_id})"
+    return (
+        f"SELECT s.{column(resource_set, 'slug')}, s.{column(resource_set, 'capabilities')}, {built}, {logged} "
+        f"FROM {quote(resource.db_table)} r "
+        f"JOIN {quote(resource_set.db_table)} s ON s.{set_id} = r.{column(resource, 'resource_set')} "
+        f"WHERE r.{column(resource, 'uri')} = %s AND s.{column(resource_set, 'enabled')} = %s "
+        f"ORDER BY s.{column(resource_set, 'position')}, s.{column(resource_set, 'slug')}"
+    )
+
+
+def _publishes(capabilities_value, built, logged):
+    if built:
+        return True
+    if not logged:
+        return False
+    offered = json.loads(capabilities_value) if isinstance(capabilities_value, (str, bytes)) else capabilities_value
+    return CHANGELIST in (offered or ())
 
 
 _statements = {}
@@ -78,8 +101,8 @@ def capability_lists_for(uri):
     if sql is None:
         sql = _statements[connection.alias] = _lookup_sql(connection)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [uri, True])
-        slugs = [row[0] for row in cursor.fetchall()]
+        cursor.execute(sql, [Build.Status.PUBLISHED, uri, True])
+        slugs = [slug for slug, offered, built, logged in cursor.fetchall() if _publishes(offered, built, logged)]
     return [_capability_list_uri(slug, app_settings.BASE_URL, get_urlconf(), get_script_prefix()) for slug in slugs]
 
 
@@ -89,7 +112,8 @@ def capability_lists(request):
     found = getattr(request, "_resourcesync_capability_lists", None)
     if found is None:
         try:
-            found = capability_lists_for(request_uri(request))
+            with _savepoint():
+                found = capability_lists_for(request_uri(request))
         except (DatabaseError, NoReverseMatch, ImproperlyConfigured):
             # The response stands without its links: never a 500 for them.
             logger.warning("No discovery links for %s: they could not be looked up", request.path, exc_info=True)
@@ -101,27 +125,36 @@ def capability_lists(request):
 def capability_lists_of_object(request, obj):
     """The URIs of the Capability Lists of the enabled sets that list ``obj`` (as their items
     are now) at the request's URI. For a page that is itself a resource rendered for hashing: it
-    does not depend on the set's records, which are written after the page is read."""
+    depends on the sets' configuration only, not on their records or builds, which come after the
+    page is read (so a set's link is there before its first build is, as its resources are). A
+    set that cannot say (its filter or source is broken) is left out, never a failed page."""
     uri = request_uri(request)
     if not uri:
         return []
     concrete = type(obj)._meta.concrete_model
     found = []
-    for resource_set in ResourceSet.objects.filter(enabled=True).order_by("position", "pk"):
+    for resource_set in ResourceSet.objects.filter(enabled=True).exclude(capabilities=[]):
         try:
-            source = resource_set.get_source()
+            with _savepoint():
+                source = resource_set.get_source()
+                if source.item_model._meta.concrete_model is not concrete:
+                    continue
+                if uris.absolute_uri(source._get("location", obj)) != uri:
+                    continue
+                if source.queryset(resource_set.lookups).filter(pk=obj.pk).exists():
+                    found.append(uris.capability_list_uri(resource_set))
         except NotRegistered:
             continue
-        if source.item_model._meta.concrete_model is not concrete:
-            continue
-        try:
-            if uris.absolute_uri(source._get("location", obj)) != uri:
-                continue
-        except (UnpublishableResource, ValueError):
-            continue
-        if source.queryset(resource_set.lookups).filter(pk=obj.pk).exists():
-            found.append(uris.capability_list_uri(resource_set))
+        except Exception:  # the source's own code or a broken filter: W004 and W007 report them
+            logger.warning("No discovery link to set %s for %s", resource_set.slug, uri, exc_info=True)
     return found
+
+
+def _savepoint():
+    """A savepoint when a transaction is open (a failed query must not break the page's
+    transaction on PostgreSQL), else nothing."""
+    connection = connections[router.db_for_read(Resource)]
+    return transaction.atomic(using=connection.alias) if connection.in_atomic_block else contextlib.nullcontext()
 
 
 def link_header(targets):
@@ -141,6 +174,8 @@ def add_link_header(response, targets):
 def _wants_links(request, response):
     if request.method not in ("GET", "HEAD") or response.status_code not in LINKED_STATUSES:
         return False
+    if getattr(request, "_resourcesync_rendering", False):
+        return False  # a page rendered for hashing: its headers are not served
     match = getattr(request, "resolver_match", None)
     # The Source's own documents are not resources of a set: no query for them.
     return not (match is not None and "resourcesync" in match.namespaces)

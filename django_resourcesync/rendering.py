@@ -57,6 +57,7 @@ def render_location(location):
     request = _factory(base.hostname or "localhost", str(base.port or (443 if secure else 80))).get(
         parts.path or "/", QUERY_STRING=parts.query, secure=secure
     )
+    request._resourcesync_rendering = True  # no discovery lookup: its headers go nowhere
     try:
         response = handler.get_response(request)
         try:

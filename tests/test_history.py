@@ -182,3 +182,51 @@ def test_every_document_stays_within_max_document_bytes(seed, bitstreams, commit
     assert manifests.exists() and all(document.size <= limit for document in manifests)
     package_manifests = bitstreams.changedump_packages.values_list("manifest_size", flat=True)
     assert len(package_manifests) >= 2 and max(package_manifests) <= limit
+
+
+def test_a_source_without_bytes_gets_no_change_dump_package_and_lists_no_dump(lastmod_only, committing):
+    from django_resourcesync.builders import capabilitylist, changedump
+    from django_resourcesync.tasks import package_changes_task
+
+    ResourceSet.objects.filter(pk=lastmod_only.pk).update(capabilities=ALL)
+    lastmod_only.refresh_from_db()
+    item = Item.objects.order_by("pk").first()
+    with committing():
+        item.title = "Changed"
+        item.save()
+    assert changedump.package_changes(lastmod_only) is None
+    package_changes_task.delay(lastmod_only.pk)
+    assert not lastmod_only.changedump_packages.exists()
+    listed = [name for name, _changed in capabilitylist.published_capabilities(lastmod_only)]
+    assert listed == ["resourcelist", "changelist"]
+
+
+def test_a_change_after_a_list_closed_by_its_period_is_after_its_until_whatever_the_clock(
+    seed, metadata, committing, documents_storage, monkeypatch
+):
+    import datetime
+
+    from django.utils import timezone
+
+    from django_resourcesync.models import ChangeList
+    from django_resourcesync.tracking.changelog import close_due, period_end
+
+    metadata.capabilities = ["resourcelist", "changelist"]
+    metadata.save()
+    with committing():
+        seed(2)
+    rebuild_set(metadata)
+    first, second = Item.objects.order_by("pk")[:2]
+    with committing():
+        first.title = "Before the boundary"
+        first.save()
+    boundary = period_end(ChangeList.objects.get(resource_set=metadata, until__isnull=True).last_datetime)
+    close_due(metadata, now=boundary + datetime.timedelta(hours=1))
+    closed = ChangeList.objects.get(resource_set=metadata, until__isnull=False)
+    assert closed.until == boundary
+    monkeypatch.setattr(timezone, "now", lambda: boundary - datetime.timedelta(milliseconds=5))  # a clock behind
+    with committing():
+        second.title = "After the boundary, by a slow clock"
+        second.save()
+    (event,) = ChangeList.objects.get(resource_set=metadata, until__isnull=True).changes.all()
+    assert event.datetime > closed.until

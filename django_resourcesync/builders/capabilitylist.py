@@ -11,6 +11,7 @@ from django.db.models import Max
 from .. import capabilities, heads, uris
 from ..conf import app_settings
 from ..entries import clean_links
+from ..exceptions import NotRegistered
 from ..models import ResourceSet, SourceState
 from ..xml.writer import DocumentWriter, url_element
 
@@ -19,7 +20,13 @@ def published_capabilities(resource_set):
     """``[(capability, last_modified)]`` for each capability of the set that has a document,
     in the table's order: its builder says whether it has, and since when."""
     found = []
+    try:
+        gives_bytes = resource_set.get_source().gives_bytes
+    except NotRegistered:
+        gives_bytes = True  # what was published stays listed until the source is back
     for capability in capabilities.TABLE:
+        if capability.needs_bytes and not gives_bytes:
+            continue  # a dump of resources without bytes is not offered (check W008)
         if resource_set.has_capability(capability.name):
             changed = capability.builder.published(resource_set)
             if changed is not None:

@@ -44,7 +44,9 @@ def manifest_name(number):
 def package_changes(resource_set):
     """Cut a package of the changes recorded since the last one; ``None`` if there are none.
     A package withdrawn since it was cut (it held the bytes of a resource that has left the set)
-    is packed again first, without them."""
+    is packed again first, without them. A set whose source gives no bytes has no packages."""
+    if not resource_set.get_source().gives_bytes:
+        return None
     withdrawn = resource_set.changedump_packages.filter(withdrawn__isnull=False).order_by("number").first()
     if withdrawn is not None:
         events = ChangeEvent.objects.filter(
@@ -67,7 +69,9 @@ def package_changes(resource_set):
         last = events.order_by("-id").values_list("id", flat=True).first()
         if last is None:
             return None
-        until = max(timezone.now(), events.order_by("-id").first().datetime)
+        # Its last change's datetime: every later change is after it (the change log sees to it),
+        # whichever clock stamps it, so the next package holds only changes after this until.
+        until = events.order_by("-id").first().datetime
         from_time = previous.until if previous is not None else start.from_time
     limit = app_settings.MAX_ENTRIES_PER_DOCUMENT
     events = list(events.filter(id__lte=last).order_by("id")[: limit + 1])

@@ -73,7 +73,7 @@ class ChangeLog:
         while done < len(changes):
             # Every event of a call has the same datetime (the clock's, or the last event's if
             # the clock went back), so a list can only close before the first one, or when full.
-            moment = max(now, self.open.last_datetime or self.open.from_time)
+            moment = max(now, self._earliest())
             until = self._closing_point(moment, len(self._entry(changes[done], w3c_datetime(moment))))
             if until is not None:
                 self._close(until)
@@ -100,6 +100,13 @@ class ChangeLog:
             done += len(rows)
         if changes:
             self.open.save(update_fields=["entries", "last_datetime", "size"])
+
+    def _earliest(self):
+        """The earliest datetime the next event may have: after the open list's last event, or
+        after the ``until`` of the list it follows (its ``from``), whatever the clocks say."""
+        if self.open.last_datetime is not None:
+            return self.open.last_datetime + TICK
+        return self.open.from_time + TICK if self.open.number > 1 else self.open.from_time
 
     @staticmethod
     def _entry(change, stamp):
