@@ -107,7 +107,9 @@ def clean_link(link):
             value = encode_uri(str(value))
             value = value if _link_scheme_allowed(value) and len(value) <= MAX_URI_LENGTH else None
         elif key == "path":
-            value = str(value) if str(value).startswith("/") and not str(value).endswith("/") else None
+            # A package member's path (section 14.4, in Change Dump manifests): the app packs no
+            # change descriptions, so no entry it writes has that member to point at.
+            value = None
         else:
             value = str(value)
         if value is not None:

@@ -137,6 +137,7 @@ def timemap(href, **attributes):
 
 
 def patch(href, *, type, path=None, **attributes):
-    """A description of the changes from the previous version, in the media type ``type``;
-    ``path``: its place in a Change Dump package (section 14.4)."""
+    """A description of the changes from the previous version, in the media type ``type``
+    (section 14.4). ``path`` names its place in a Change Dump package; the app packs no change
+    descriptions, so it leaves ``path`` out of the entries it writes."""
     return link(PATCH, href, type=type, path=path, **attributes)

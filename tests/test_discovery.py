@@ -11,6 +11,7 @@ from django.db import DatabaseError
 from django.http import HttpResponse
 from django.test import Client, RequestFactory
 from django.urls import NoReverseMatch
+from django.utils import timezone
 from lxml import etree
 
 from django_resourcesync import discovery, links
@@ -55,6 +56,8 @@ def sampled(resource_set, count=3):
 
 
 def test_every_listed_resource_answers_with_a_link_to_its_sets_capability_list(published):
+    # The files' views send Last-Modified only once the second of their last change is over.
+    ItemFile.objects.update(modified=timezone.now() - datetime.timedelta(seconds=2))
     client = Client()
     for resource_set in published:
         expected = [CAPABILITY_LIST.format(resource_set.slug)]
@@ -372,3 +375,30 @@ def test_the_database_check_reports_a_helper_that_refuses_a_link(published, monk
     monkeypatch.setattr(MetadataRecordSource, "links", lambda self, obj: [links.memento("/v1", modified=None)])
     (warning,) = [e for e in checks.run_checks(databases=["default"]) if e.id == "resourcesync.W007"]
     assert "InvalidLink" in warning.msg and "memento link must give the datetime" in warning.msg
+
+
+def test_a_patch_link_is_published_without_a_package_path(published, monkeypatch):
+    """No entry the app writes has a package member for a change description to point at."""
+    from example_project.repository.resourcesync import ItemPageSource
+
+    monkeypatch.setattr(
+        ItemPageSource, "links", lambda self, obj: [links.patch(f"/patches/{obj.pk}.diff", type="text/x-diff", path="/p.diff")]
+    )
+    rebuild_set(published[2])
+    (page, *_) = resource_list_entries(published[2])
+    (patch,) = page.findall(f"{{{RS}}}ln")
+    first = Item.objects.order_by("pk").first()
+    assert dict(patch.attrib) == {"rel": links.PATCH, "href": f"http://testserver/patches/{first.pk}.diff", "type": "text/x-diff"}
+
+
+def test_the_source_description_is_split_by_its_bytes_too(published, settings):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_DOCUMENT_BYTES": 10_000}
+    long_path = "/about/" + "a" * 2000 + "/"
+    ResourceSet.objects.filter(slug__in=["bitstreams", "metadata", "pages"]).update(describedby=long_path)
+    status, body, _ = fetch("/.well-known/resourcesync")
+    index = check_document(body, "description")
+    assert index.tag == f"{{{SM}}}sitemapindex" and len(entries(index)) >= 2
+    for sitemap in entries(index):
+        status, part, _ = fetch(path_of(sitemap.find(f"{{{SM}}}loc").text))
+        assert status == 200 and len(part) <= 10_000
+        check_document(part, "description")

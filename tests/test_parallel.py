@@ -662,3 +662,15 @@ def test_a_worker_killed_in_the_middle_of_a_package_is_redelivered_and_the_dump_
     processes["two"].terminate()
     logs["two"] = processes["two"].communicate(timeout=60)[0]
     assert len(re.findall(r"Task resourcesync\.build_part\[[^]]+\] succeeded", logs["two"])) >= 4, "the survivor packed the rest"
+
+
+@pytest.mark.django_db
+def test_a_part_does_not_stretch_the_lock_its_planner_still_holds(settings, seed, metadata):
+    expires = timezone.now() + datetime.timedelta(seconds=15)
+    BuildLock.objects.create(resource_set=metadata, capability="resourcelist", holder="h", pid=os.getpid(), expires=expires)
+    assert build_lock(metadata, "resourcelist", holder="h").renew()
+    assert BuildLock.objects.get().expires == expires, "the planner's heartbeat keeps it; a dead planner's lapses soon"
+    BuildLock.objects.update(pid=None)  # the plan is whole: the tasks keep it now
+    assert build_lock(metadata, "resourcelist", holder="h").renew()
+    assert BuildLock.objects.get().expires > timezone.now() + datetime.timedelta(seconds=60)
+    assert not build_lock(metadata, "resourcelist", holder="someone else").renew()

@@ -68,9 +68,10 @@ def public_sets():
 
 def source_description(part=None):
     """``(bytes, last_modified)`` of the Source Description; ``None`` for a part that does not
-    exist. A Source with more sets than one document may list (``MAX_ENTRIES_PER_DOCUMENT``)
-    publishes a Source Description Index (spec section 8) at the well-known URI, listing parts
-    ``/.well-known/resourcesync/<n>.xml`` that each link ``index`` back to it."""
+    exist. A Source with more sets than one document may list (``MAX_ENTRIES_PER_DOCUMENT``
+    entries, ``MAX_DOCUMENT_BYTES`` bytes) publishes a Source Description Index (spec section 8)
+    at the well-known URI, listing parts ``/.well-known/resourcesync/<n>.xml`` that each link
+    ``index`` back to it."""
     # Every set's configuration counts, disabled ones too: disabling a set changes this document.
     # A deleted set takes its date with it: the Source's own clock keeps when that happened, so
     # the date never goes backwards and a client's If-Modified-Since never hides the change.
@@ -79,12 +80,11 @@ def source_description(part=None):
     )
     found = public_sets()
     last_modified = max(filter(None, [last_modified, *(changed for _set, changed in found)]), default=None)
-    size = app_settings.MAX_ENTRIES_PER_DOCUMENT
-    parts = [found[start : start + size] for start in range(0, len(found), size)] or [[]]
+    parts = _cut([_description_entry(resource_set) for resource_set, _changed in found])
     # Encoded as every published URI; a value that cannot be published is left out.
     md, links = heads.source_description_head(clean_links([{"rel": "describedby", "href": app_settings.SOURCE_DESCRIBEDBY}]))
     if len(parts) == 1:
-        return (_description_part(found, md, links), last_modified) if part is None else None
+        return (_render_entries(parts[0], md, links), last_modified) if part is None else None
     if part is None:
         writer = DocumentWriter(root="sitemapindex")
         for number in range(1, len(parts) + 1):
@@ -92,16 +92,31 @@ def source_description(part=None):
         return _render(writer, md, links), last_modified
     if not 1 <= part <= len(parts):
         return None
-    return _description_part(parts[part - 1], md, [*links, heads.source_description_index()]), last_modified
+    return _render_entries(parts[part - 1], md, [*links, heads.source_description_index()]), last_modified
 
 
-def _description_part(sets, md, links):
+def _description_entry(resource_set):
+    return url_element(
+        uris.capability_list_uri(resource_set), md={"capability": capabilities.CAPABILITYLIST},
+        links=clean_links([{"rel": "describedby", "href": resource_set.describedby}]),
+    )
+
+
+def _cut(entries):
+    """The entries in parts that each fit one document (``MAX_ENTRIES_PER_DOCUMENT`` entries,
+    ``MAX_DOCUMENT_BYTES`` bytes); one part, maybe empty, when they all fit."""
+    parts, writer = [[]], DocumentWriter()
+    for entry in entries:
+        if not writer.fits(len(entry.encode()), app_settings.MAX_ENTRIES_PER_DOCUMENT, app_settings.MAX_DOCUMENT_BYTES):
+            parts.append([])
+            writer = DocumentWriter()
+        writer.add(entry)
+        parts[-1].append(entry)
+    return parts
+
+
+def _render_entries(entries, md, links):
     writer = DocumentWriter()
-    for resource_set, _changed in sets:
-        writer.add(
-            url_element(
-                uris.capability_list_uri(resource_set), md={"capability": capabilities.CAPABILITYLIST},
-                links=clean_links([{"rel": "describedby", "href": resource_set.describedby}]),
-            )
-        )
+    for entry in entries:
+        writer.add(entry)
     return _render(writer, md, links)

@@ -155,9 +155,14 @@ class build_lock:
         return BuildLock.objects.filter(resource_set=self.resource_set, capability=self.capability, holder=self.holder)
 
     def renew(self):
-        """Extend the lock; false if it is not this holder's any more (it expired and was taken)."""
-        seconds = HEARTBEAT_TTL_SECONDS if self._heartbeat is not None else None
-        return bool(self._mine().update(expires=self._expiry(seconds)))
+        """Extend the lock; false if it is not this holder's any more (it expired and was taken).
+        A task of a build in parts whose planner still holds the lock (its process id is on it)
+        leaves the planner's heartbeat to keep it: were the planner to die, the lock must lapse
+        within the heartbeat's time, not ``BUILD_LOCK_TIMEOUT``."""
+        if self._heartbeat is not None:
+            return bool(self._mine().update(expires=self._expiry(HEARTBEAT_TTL_SECONDS)))
+        mine = self._mine()
+        return bool(mine.filter(pid__isnull=True).update(expires=self._expiry())) or mine.exists()
 
     def renewing(self, progress=None):
         """A progress callback that also keeps the lock alive while a build runs."""

@@ -4,6 +4,17 @@ import django_resourcesync.models
 from django.db import migrations, models
 
 
+def count_open_list_bytes(apps, schema_editor):
+    """An open Change List counts its entries' bytes in ``size`` (it closes before they pass
+    MAX_DOCUMENT_BYTES): count those of the lists open before this migration."""
+    ChangeList = apps.get_model("resourcesync", "ChangeList")
+    ChangeEvent = apps.get_model("resourcesync", "ChangeEvent")
+    for changelist in ChangeList.objects.filter(until__isnull=True):
+        entries = ChangeEvent.objects.filter(changelist=changelist).values_list("entry_xml", flat=True)
+        size = sum(len(entry.encode("utf-8")) for entry in entries.iterator())
+        ChangeList.objects.filter(pk=changelist.pk).update(size=size)
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -30,4 +41,5 @@ class Migration(migrations.Migration):
             model_name='resource',
             index=models.Index(fields=['uri'], name='resourcesync_resource_at_uri'),
         ),
+        migrations.RunPython(count_open_list_bytes, migrations.RunPython.noop),
     ]

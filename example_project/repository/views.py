@@ -1,9 +1,11 @@
 """Public pages of the repository. Items that are not public are answered 404 everywhere."""
 
+import datetime
 import mimetypes
 
 from django.http import FileResponse, Http404
 from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
 from django.utils.http import http_date
 
 from django_resourcesync.models import ResourceSet
@@ -53,5 +55,8 @@ def item_file(request, item, pk, name):
     content_type = obj.media_type or mimetypes.guess_type(obj.name)[0] or "application/octet-stream"
     response = FileResponse(handle, content_type=content_type)
     response["Content-Length"] = str(obj.file.size)
-    response["Last-Modified"] = http_date(obj.modified.timestamp())
+    # Whole seconds: only once the second of the last change is over, or a change later in that
+    # second would hide behind a 304.
+    if obj.modified.replace(microsecond=0) + datetime.timedelta(seconds=1) <= timezone.now():
+        response["Last-Modified"] = http_date(obj.modified.timestamp())
     return response
