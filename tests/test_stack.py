@@ -245,10 +245,11 @@ def test_the_production_stack_publishes_within_a_minute_and_follows_a_shell_save
 
     started = time.monotonic()
     output = stack.manage("resourcesync_rebuild", "--async")
-    assert [line.split(": task ")[0] for line in output.splitlines()] == ["bitstreams", "metadata"], output
+    assert [line.split(": task ")[0] for line in output.splitlines()] == ["bitstreams", "metadata", "pages"], output
     expected = {
         f"{stack.base}/resourcesync/bitstreams/capabilitylist.xml": {"resourcelist", "changelist", "resourcedump"},
         f"{stack.base}/resourcesync/metadata/capabilitylist.xml": {"resourcelist", "changelist"},
+        f"{stack.base}/resourcesync/pages/capabilitylist.xml": {"resourcelist", "changelist"},
     }
     documents = None
     while documents is None:
@@ -264,7 +265,9 @@ def test_the_production_stack_publishes_within_a_minute_and_follows_a_shell_save
             doc = check_document(body, kind)
             if kind == "resourcelist":
                 listed[url] = entries(doc)
-    assert {url.rsplit("/", 2)[1]: len(urls) for url, urls in listed.items()} == {"bitstreams": files, "metadata": ITEMS}
+    assert {url.rsplit("/", 2)[1]: len(urls) for url, urls in listed.items()} == {
+        "bitstreams": files, "metadata": ITEMS, "pages": ITEMS
+    }
 
     # The hashes and lengths listed are those of the bytes served, for a sample of resources.
     sample = [entry for urls in listed.values() for entry in random.Random(7).sample(urls, 15)]
