@@ -20,6 +20,7 @@ Every sampled response is checked to carry the Link header of its set. Nothing i
 
 import argparse
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -56,8 +57,15 @@ def main():
     from django.http import HttpResponse
     from django.test import RequestFactory
     from django.urls import include, path, re_path
+    from django.utils import timezone
 
     from django_resourcesync import discovery
+    from django_resourcesync.models import Build
+
+    # As once its Resource List is published: a set links only when its Capability List lists something.
+    Build.objects.create(
+        resource_set_id=seeded["set_id"], capability="resourcelist", status=Build.Status.PUBLISHED, at=timezone.now()
+    )
 
     rng = random.Random(7)
     factory = RequestFactory(SERVER_NAME="127.0.0.1", SERVER_PORT="8000")
@@ -122,6 +130,7 @@ def main():
           f"{(a - b) * 1000:.3f} ms a response")
     print(f"(medians of {options.rounds} rounds; {len(requests):,} and {count:,} requests a round, random URIs of "
           f"{options.size:,} resources)")
+    shutil.rmtree(var_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
