@@ -54,6 +54,11 @@ DEFAULTS = {
     "CHANGELIST_PERIOD": "daily",
     # Seconds closed Change Lists (and their change events) are kept; None keeps them forever.
     "CHANGELIST_RETENTION": 30 * 86400,
+    # Keep the bytes each change left, by sha-256, in the documents' storage (the version store),
+    # for as long as a change event refers to them: Change Dumps then carry each change's bytes.
+    # Off: nothing is kept, and Change Dump packages carry the bytes a resource has when packed
+    # (only for changes whose bytes are still those).
+    "KEEP_VERSIONS": True,
     # URI of a document describing the Source as a whole (Source Description rs:ln describedby).
     "SOURCE_DESCRIBEDBY": None,
     # URI schemes an rs:ln href or profile may have; a link to any other (javascript:, data:,

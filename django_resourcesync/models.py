@@ -130,7 +130,21 @@ class PendingChange(models.Model):
     #: (one of the source's ``related_models``) it belongs to: the items that its change affects
     #: are looked up when the row is processed, not in the saving request.
     related = models.CharField(max_length=100, blank=True, default="")
+    #: When the change was made: the save (in autocommit, just after its commit). The datetime of
+    #: its change event, unless an event already in the log is later.
     recorded = models.DateTimeField(default=timezone.now)
+    #: The saving transaction's token: rows of one transaction and object are one change.
+    #: ``None``: a transaction of its own.
+    transaction = models.BigIntegerField(null=True, blank=True)
+    #: What the save left of the object that processing needs if it has changed again since
+    #: (:meth:`~django_resourcesync.sources.ResourceSource.saved_state`: a file's storage name).
+    #: ``None`` for a row that only asks for the object to be looked at again (a deletion, the
+    #: bulk API, a related object).
+    state = models.JSONField(null=True, blank=True)
+    #: Set on a row kept for one set only, after that set failed to apply it (the others did).
+    resource_set = models.ForeignKey(
+        "ResourceSet", null=True, blank=True, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
 
     class Meta:
         indexes = [models.Index(fields=["source", "id"])]
@@ -198,6 +212,8 @@ class ChangeEvent(models.Model):
             models.Index(fields=["changelist", "id"]),
             models.Index(fields=["resource_set", "id"]),
             models.Index(fields=["resource_set", "object_pk", "id"]),
+            # The version store keeps bytes while an event refers to them (versions.collect).
+            models.Index(fields=["sha256"], name="resourcesync_event_sha256"),
         ]
         verbose_name = _("change event")
         verbose_name_plural = _("change events")
@@ -419,3 +435,22 @@ class SourceState(models.Model):
     @classmethod
     def changed_at(cls):
         return cls.objects.filter(pk=1).values_list("changed", flat=True).first()
+
+
+class Version(models.Model):
+    """Bytes a change left, kept in the version store by their sha-256 (one copy whatever the
+    number of changes with those bytes): Change Dump packages are packed from here. Collected
+    once no change event refers to them (see :mod:`django_resourcesync.versions`)."""
+
+    sha256 = models.CharField(max_length=64, unique=True)
+    storage_name = models.CharField(max_length=1024)
+    length = models.PositiveBigIntegerField()
+    created = models.DateTimeField(default=timezone.now)
+    last_used = models.DateTimeField(default=timezone.now, help_text=_("When a change last referred to them."))
+
+    class Meta:
+        verbose_name = _("stored version")
+        verbose_name_plural = _("stored versions")
+
+    def __str__(self):
+        return self.sha256

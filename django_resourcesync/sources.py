@@ -88,6 +88,10 @@ class ResourceSource:
     ``encoding(obj)``
         The content encoding the resource is served with (``gzip``, say), when it is; the
         hashes and length are those of the bytes as served (``rs:md encoding``).
+
+    Each save is a change, and its change event has the bytes of the state it left, even when
+    the object changed again before its change was processed (a worker outage): see
+    :meth:`saved_state`.
     """
 
     name = None
@@ -187,6 +191,39 @@ class ResourceSource:
             model = field.related_model or model
         return path
 
+    def saved_state(self, obj):
+        """What processing needs of the state a save of ``obj`` left, should the object change
+        again before that save is processed: a small JSON-able dict, or ``None`` for nothing.
+        Called in the saving transaction, for every save: keep it cheap (no reading of files,
+        no queries). Default: the storage name of the object's file. The bytes of that state
+        are then read from that name, as long as the file is neither deleted nor overwritten
+        before its change is processed (Django's storages keep a replaced file, under its own
+        name, unless told to overwrite)."""
+        f = self._get("file", obj)
+        name = getattr(f, "name", None) if f else None
+        return {"file": name} if name else None
+
+    def state_bitstream(self, obj, state):
+        """``(chunks, media_type)`` of the bytes of an earlier state of ``obj``, from what
+        :meth:`saved_state` kept of it, or ``None`` when they cannot be had (nothing was kept,
+        the file is gone)."""
+        name = (state or {}).get("file")
+        f = self._get("file", obj) if name else None
+        if not f:
+            return None
+        try:
+            handle = f.storage.open(name, "rb")
+        except (OSError, ValueError):
+            return None
+
+        def read():
+            with handle:
+                while chunk := handle.read(READ_CHUNK):
+                    yield chunk
+
+        declared = self._get("media_type", obj)
+        return read(), normalise_media_type(declared) if declared else mimetypes.guess_type(name)[0]
+
     def affected(self, instance):
         """Primary keys of this source's objects whose entries may change when ``instance``, an
         object of one of ``related_models``, is saved or deleted. Default: the objects that
@@ -204,7 +241,27 @@ class ResourceSource:
         # Every object that points at them, in the set or not: one that left it is compared too.
         return list(bulk.filter_in(self.item_model._base_manager.all(), lookup, pks).values_list("pk", flat=True))
 
+    def affected_by_each(self, model, pks):
+        """``{related key: [keys]}``: :meth:`affected_by` told apart by the related object."""
+        lookup = self._related_lookup(model)
+        if lookup is None:
+            return {str(obj.pk): list(self.affected(obj)) for obj in model._default_manager.filter(pk__in=list(pks)).iterator()}
+        found = {}
+        for key, related in bulk.filter_in(self.item_model._base_manager.all(), lookup, pks).values_list("pk", lookup):
+            found.setdefault(str(related), []).append(key)
+        return found
+
     # -- the machinery below is not meant to be overridden --------------------------------
+
+    def state_of_save(self, obj):
+        """:meth:`saved_state`, never failing a save: ``{}`` (a save whose state is not kept)
+        when it fails or gives nothing."""
+        try:
+            return self.saved_state(obj) or {}
+        except Exception:
+            logger.warning("%s.saved_state() failed for %r; its change is recorded without it", type(self).__name__, obj,
+                           exc_info=True)
+            return {}
 
     @property
     def gives_bytes(self):

@@ -6,8 +6,9 @@ a full disk or a storage error can leave a file behind that nothing records; so 
 whose files could not be removed. :func:`sweep` walks the app's folder of the storage and deletes
 every file that no record refers to, that no running build may still record, and that is older
 than ``SWEEP_GRACE_SECONDS`` (a file being written now, whose record is about to be written, is
-younger than that). It also fails the builds left running by a process that is gone, and forgets
-withdrawals no build needs any more.
+younger than that). It also fails the builds left running by a process that is gone, forgets
+withdrawals no build needs any more, and collects the kept bytes of changes no event refers to
+any more (:func:`django_resourcesync.versions.collect`).
 
 ``resourcesync_rebuild`` sweeps after it has built; the ``resourcesync.sweep_storage`` task does
 it on a schedule (see docs/schedules.rst).
@@ -20,13 +21,13 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from . import storage
+from . import storage, versions
 from .builders.context import BuildContext
 from .builders.locks import build_lock as lock_of
 from .builders.withdrawal import DUMPS
 from .conf import app_settings
 from .exceptions import BuildAbandoned
-from .models import Build, BuildLock, ChangeDumpPackage, ChangeList, Document, Withdrawal
+from .models import Build, BuildLock, ChangeDumpPackage, ChangeList, Document, Version, Withdrawal
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +38,13 @@ class SweepCounts:
     deleted: int = 0
     failed_builds: int = 0
     withdrawals: int = 0
+    versions: int = 0
 
     def __str__(self):
-        return f"{self.deleted} of {self.files} stored file(s) deleted, {self.failed_builds} abandoned build(s) failed"
+        return (
+            f"{self.deleted} of {self.files} stored file(s) deleted, {self.failed_builds} abandoned build(s) failed, "
+            f"{self.versions} unused version(s) collected"
+        )
 
 
 def referenced():
@@ -50,6 +55,7 @@ def referenced():
         "storage_name", "manifest_storage_name"
     ):
         names.update((package, manifest))
+    names.update(Version.objects.values_list("storage_name", flat=True))
     return names
 
 
@@ -86,6 +92,7 @@ def sweep(*, grace=None, now=None):
     grace = app_settings.SWEEP_GRACE_SECONDS if grace is None else grace
     counts = SweepCounts()
     counts.failed_builds = fail_abandoned_builds()
+    counts.versions = versions.collect(grace=grace, now=now)
     running = Build.objects.filter(status=Build.Status.RUNNING).values_list("resource_set__slug", "pk")
     protected = tuple(storage.storage_name(slug, pk) + "/" for slug, pk in running)
     known = referenced()

@@ -50,6 +50,7 @@ from django_resourcesync.models import (
     ChangeList,
     Document,
     ResourceSet,
+    Version,
 )
 from example_project.repository.models import Collection, Item, ItemFile
 from tests.xmlcheck import RS, SM, check_document, entries, link, md
@@ -436,6 +437,9 @@ def recorded_files():
     for package in ChangeDumpPackage.objects.filter(withdrawn__isnull=True):
         files[package.storage_name] = (package.size, package.sha256)
         files[package.manifest_storage_name] = (package.manifest_size, package.manifest_sha256)
+    # The version store: each file is named by, and must hash to, the sha-256 of its bytes.
+    for name, length, sha256 in Version.objects.values_list("storage_name", "length", "sha256"):
+        files[name] = (length, sha256)
     return files
 
 

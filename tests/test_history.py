@@ -59,6 +59,15 @@ def committing(django_capture_on_commit_callbacks):
     return lambda: django_capture_on_commit_callbacks(execute=True)
 
 
+def publish(resource_set, seed, committing, capabilities=("resourcelist", "changelist"), items=2):
+    """Give the set these capabilities, add ``items`` items and publish the set."""
+    resource_set.capabilities = list(capabilities)
+    resource_set.save()
+    with committing():
+        seed(items)
+    rebuild_set(resource_set)
+
+
 def test_a_source_without_bytes_reports_an_update_when_its_lastmod_moves(lastmod_only, committing):
     item = Item.objects.order_by("pk").first()
     assert changes(lastmod_only) == []
@@ -74,11 +83,7 @@ def test_a_source_without_bytes_reports_an_update_when_its_lastmod_moves(lastmod
 
 
 def test_a_source_with_bytes_reports_no_update_when_only_its_lastmod_moves(seed, metadata, committing, documents_storage):
-    metadata.capabilities = ["resourcelist", "changelist"]
-    metadata.save()
-    with committing():
-        seed(2)
-    rebuild_set(metadata)
+    publish(metadata, seed, committing)
     item = Item.objects.order_by("pk").first()
     with committing():
         item.save()  # lastmod moves, the record's bytes are the same
@@ -211,11 +216,7 @@ def test_a_change_after_a_list_closed_by_its_period_is_after_its_until_whatever_
     from django_resourcesync.models import ChangeList
     from django_resourcesync.tracking.changelog import close_due, period_end
 
-    metadata.capabilities = ["resourcelist", "changelist"]
-    metadata.save()
-    with committing():
-        seed(2)
-    rebuild_set(metadata)
+    publish(metadata, seed, committing)
     first, second = Item.objects.order_by("pk")[:2]
     with committing():
         first.title = "Before the boundary"
@@ -230,3 +231,299 @@ def test_a_change_after_a_list_closed_by_its_period_is_after_its_until_whatever_
         second.save()
     (event,) = ChangeList.objects.get(resource_set=metadata, until__isnull=True).changes.all()
     assert event.datetime > closed.until
+
+
+# -- one event per committed change, each with its own bytes ----------------------------------
+
+
+def _manifest_changes(package):
+    """[(change, loc, md, bitstream bytes or None)] of a Change Dump package, in order."""
+    import io
+    import zipfile
+
+    from django_resourcesync import storage
+
+    with storage.get_storage().open(package.storage_name, "rb") as handle:
+        archive = zipfile.ZipFile(io.BytesIO(handle.read()))
+    manifest = check_document(archive.read("manifest.xml"), "changedump-manifest")
+    found = []
+    for entry in entries(manifest):
+        meta = md(entry)
+        path = meta.get("path")
+        found.append((meta["change"], entry.find(f"{{{SM}}}loc").text, meta, archive.read(path[1:]) if path else None))
+    return found
+
+
+@pytest.fixture
+def outage(monkeypatch):
+    """The workers are down: committed changes wait in the outbox, nobody processes them."""
+    from django_resourcesync.tracking import outbox
+
+    monkeypatch.setattr(outbox, "send", lambda task, sources: None)
+
+
+def _timed(committing, action):
+    """Run ``action`` in a transaction of its own; returns the moments before and after it."""
+    from django.utils import timezone
+
+    before = timezone.now()
+    with committing():
+        action()
+    return before, timezone.now()
+
+
+def test_saves_processed_late_are_one_event_each_at_their_time_with_their_own_bytes(
+    seed, bitstreams, metadata, committing, documents_storage, monkeypatch
+):
+    """A worker outage while the site goes on saving: each committed save is one event, dated
+    when it was made, in order; a file written v1, v2, v3 meanwhile is packed three times, each
+    bitstream the bytes of its change, with the Change List's hashes."""
+    import hashlib
+
+    from django.core.files.base import ContentFile
+
+    from django_resourcesync import tracking
+    from django_resourcesync.builders import changedump
+    from django_resourcesync.tracking import outbox
+    from example_project.repository.models import ItemFile
+
+    for resource_set in (bitstreams, metadata):
+        resource_set.capabilities = ALL
+        resource_set.save()
+    with committing():
+        seed(2)
+    rebuild_set(bitstreams)
+    rebuild_set(metadata)
+    item = Item.objects.order_by("pk").first()
+    upload = ItemFile.objects.filter(item=item).order_by("pk").first()
+    real_send = outbox.send
+    monkeypatch.setattr(outbox, "send", lambda task, sources: None)  # the workers are down
+    windows, versions = [], [b"version one " * 100, b"version two " * 200, b"version three " * 300]
+    for number, content in enumerate(versions, start=1):
+        def save(number=number, content=content):
+            item.title = f"Title {number}"
+            item.save()
+            upload.file.save("paper.txt", ContentFile(content))
+        windows.append(_timed(committing, save))
+    monkeypatch.setattr(outbox, "send", real_send)
+    assert changes(metadata) == [] and changes(bitstreams) == [], "nothing is processed during the outage"
+    tracking.process_pending()
+
+    record_changes = changes(metadata)
+    assert [change for change, _loc, _md in record_changes] == ["updated"] * 3
+    file_changes = changes(bitstreams)
+    uri = "http://testserver" + upload.get_absolute_url()
+    assert [(change, loc) for change, loc, _md in file_changes] == [("updated", uri)] * 3
+    for listed in (record_changes, file_changes):
+        stamps = [parse_datetime(meta["datetime"]) for _change, _loc, meta in listed]
+        assert stamps == sorted(stamps) and len(set(stamps)) == 3, "in the order they were made"
+        for stamp, (before, after) in zip(stamps, windows):
+            assert before <= stamp <= after, "dated when the change was made, not when it was processed"
+    expected = [f"sha-256:{hashlib.sha256(content).hexdigest()}" for content in versions]
+    assert [meta["hash"].split()[-1] for _change, _loc, meta in file_changes] == expected
+    # The metadata record's overtaken states are gone: no hash rather than a wrong one.
+    assert ["hash" in meta for _change, _loc, meta in record_changes] == [False, False, True]
+
+    package = changedump.package_changes(bitstreams)
+    packed = _manifest_changes(package)
+    assert [(change, loc) for change, loc, _md, _bytes in packed] == [(c, loc) for c, loc, _md in file_changes]
+    assert [body for _change, _loc, _md, body in packed] == versions
+    assert [meta["hash"] for _c, _l, meta, _b in packed] == [meta["hash"] for _c, _l, meta in file_changes]
+    assert [meta["datetime"] for _c, _l, meta, _b in packed] == [meta["datetime"] for _c, _l, meta in file_changes]
+    # The record's last state is packed; its overtaken ones, without bytes, cannot be.
+    (record_package,) = [changedump.package_changes(metadata)]
+    assert [change for change, *_rest in _manifest_changes(record_package)] == ["updated"]
+
+
+def parse_datetime(value):
+    from django.utils.dateparse import parse_datetime as parse
+
+    return parse(value)
+
+
+def test_saves_in_one_transaction_are_one_change(seed, metadata, committing, documents_storage):
+    publish(metadata, seed, committing)
+    item = Item.objects.order_by("pk").first()
+    with committing():
+        for number in range(3):  # nobody ever saw the first two
+            item.title = f"Draft {number}"
+            item.save()
+    [(change, _loc, meta)] = changes(metadata)
+    assert change == "updated" and "hash" in meta
+
+
+def test_a_change_of_a_related_object_is_no_change_of_resources_it_does_not_alter(
+    seed, bitstreams, committing, documents_storage, outage
+):
+    """Items retitled three times during an outage: their files' entries show nothing of the
+    title, so the files have no change (their item's saves are not theirs)."""
+    from django_resourcesync import tracking
+
+    bitstreams.capabilities = ["resourcelist", "changelist"]
+    bitstreams.save()
+    with committing():
+        seed(2)
+    rebuild_set(bitstreams)
+    item = Item.objects.order_by("pk").first()
+    for number in range(3):
+        with committing():
+            item.title = f"Title {number}"
+            item.save()
+    tracking.process_pending()
+    assert changes(bitstreams) == []
+    with committing():
+        item.is_public = False
+        item.save()
+    tracking.process_pending()
+    assert {change for change, _loc, _md in changes(bitstreams)} == {"deleted"}
+
+
+def test_a_list_does_not_close_while_a_change_made_before_its_until_waits(
+    seed, metadata, committing, documents_storage, outage
+):
+    import datetime
+
+    from django_resourcesync import tracking
+    from django_resourcesync.models import ChangeList
+    from django_resourcesync.tracking.changelog import close_due, period_end
+
+    publish(metadata, seed, committing)
+    first, second = Item.objects.order_by("pk")[:2]
+    with committing():
+        first.title = "Processed"
+        first.save()
+    tracking.process_pending()
+    with committing():
+        second.title = "Waiting for a worker"
+        second.save()
+    boundary = period_end(ChangeList.objects.get(resource_set=metadata, until__isnull=True).last_datetime)
+    later = boundary + datetime.timedelta(hours=1)
+    close_due(metadata, now=later)
+    assert not ChangeList.objects.filter(resource_set=metadata, until__isnull=False).exists(), "closed with a change missing"
+    tracking.process_pending()
+    close_due(metadata, now=later)
+    closed = ChangeList.objects.get(resource_set=metadata, until__isnull=False)
+    assert closed.entries == 2 and closed.until == boundary
+
+
+def test_a_change_processed_after_a_snapshot_is_dated_after_its_at(seed, metadata, committing, documents_storage, outage):
+    """A Resource List's ``at`` says every change before it is shown: a change it could not
+    show (still waiting when the snapshot was taken) is dated after it."""
+    from django_resourcesync import tracking
+    from django_resourcesync.models import ChangeEvent
+
+    publish(metadata, seed, committing)
+    item = Item.objects.order_by("pk").first()
+    with committing():
+        item.title = "Made before the snapshot, processed after it"
+        item.save()
+    # A snapshot that did not process it (a transaction still open when it was taken, say).
+    (build,) = rebuild_set(metadata, refresh=False, only=["resourcelist"])
+    tracking.process_pending()
+    (event,) = ChangeEvent.objects.filter(resource_set=metadata)
+    assert event.datetime > build.at
+
+
+def test_bytes_are_kept_once_whatever_the_number_of_changes_and_collected_once_unused(
+    seed, bitstreams, committing, documents_storage, outage
+):
+    from django.core.files.base import ContentFile
+
+    from django_resourcesync import sweep, tracking, versions
+    from django_resourcesync.models import ChangeEvent, Version
+    from example_project.repository.models import ItemFile
+
+    bitstreams.capabilities = ALL
+    bitstreams.save()
+    with committing():
+        seed(3)
+    rebuild_set(bitstreams)
+    uploads = list(ItemFile.objects.order_by("pk")[:3])
+    for upload in uploads:
+        with committing():
+            upload.file.save("same.txt", ContentFile(b"the same bytes everywhere"))
+    tracking.process_pending()
+    digests = set(ChangeEvent.objects.filter(resource_set=bitstreams).values_list("sha256", flat=True))
+    assert len(digests) == 1 and Version.objects.count() == 1
+    (version,) = Version.objects.all()
+    assert (documents_storage / version.storage_name).read_bytes() == b"the same bytes everywhere"
+    assert sweep.sweep(grace=0).deleted == 0, "the sweep leaves kept bytes alone"
+    assert versions.collect(grace=0) == 0, "an event refers to them"
+    ChangeEvent.objects.filter(resource_set=bitstreams).delete()  # past retention
+    with committing():  # the files go once the collection commits
+        assert versions.collect(grace=0) == 1
+    assert not Version.objects.exists() and not (documents_storage / version.storage_name).exists()
+
+
+def test_a_store_that_cannot_be_written_loses_no_change(seed, bitstreams, committing, documents_storage, monkeypatch):
+    """A full disk under the version store: the changes wait (nothing is left out or deleted),
+    and are written once there is room."""
+    import errno
+    import tempfile
+
+    from django.core.files.base import ContentFile
+
+    from django_resourcesync import tracking
+    from django_resourcesync.models import LeftOut, PendingChange
+    from django_resourcesync.tracking import outbox
+    from example_project.repository.models import ItemFile
+
+    bitstreams.capabilities = ALL
+    bitstreams.save()
+    with committing():
+        seed(2)
+    rebuild_set(bitstreams)
+    real = tempfile.NamedTemporaryFile
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", full)
+    real_send = outbox.send
+    monkeypatch.setattr(outbox, "send", lambda task, sources: None)
+    upload = ItemFile.objects.order_by("pk").first()
+    with committing():
+        upload.file.save("new.txt", ContentFile(b"new bytes"))
+    counts = tracking.process_pending()
+    assert counts.failed_sets == 1 and PendingChange.objects.exists()
+    assert changes(bitstreams) == [] and not LeftOut.objects.exists()
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", real)
+    monkeypatch.setattr(outbox, "send", real_send)
+    tracking.process_pending()
+    assert [change for change, _loc, _md in changes(bitstreams)] == ["updated"]
+    assert not PendingChange.objects.exists()
+
+
+def test_a_set_that_failed_is_caught_up_alone_without_repeating_the_others(
+    seed, bitstreams, metadata, committing, documents_storage, outage, monkeypatch
+):
+    from django_resourcesync import tracking
+    from django_resourcesync.tracking import processing
+
+    for resource_set in (bitstreams, metadata):
+        resource_set.capabilities = ["resourcelist", "changelist"]
+        resource_set.save()
+    with committing():
+        seed(2)
+    rebuild_set(bitstreams)
+    rebuild_set(metadata)
+    pages = ResourceSet.objects.filter(source="pages")
+    pages.update(enabled=False)
+    real = processing._apply
+
+    def failing(resource_set, *args):
+        if resource_set.slug == "bitstreams":
+            raise RuntimeError("broken today")
+        return real(resource_set, *args)
+
+    monkeypatch.setattr(processing, "_apply", failing)
+    item = Item.objects.order_by("pk").first()
+    for number in range(2):
+        with committing():
+            item.title = f"Title {number}"
+            item.save()
+    assert tracking.process_pending().failed_sets == 1
+    assert [change for change, *_ in changes(metadata)] == ["updated", "updated"]
+    monkeypatch.setattr(processing, "_apply", real)
+    tracking.process_pending()
+    assert [change for change, *_ in changes(metadata)] == ["updated", "updated"], "the metadata set is not told twice"

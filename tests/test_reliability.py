@@ -104,21 +104,21 @@ def test_pending_changes_stay_until_every_set_has_written_them(tracked, committi
     item = Item.objects.order_by("pk")[0]
     from django_resourcesync.tracking import processing
 
-    real = processing._apply_keys
+    real = processing._apply
 
     def failing(resource_set, *args):
         if resource_set.slug == "metadata":
             raise RuntimeError("this set is broken today")
         return real(resource_set, *args)
 
-    monkeypatch.setattr(processing, "_apply_keys", failing)
+    monkeypatch.setattr(processing, "_apply", failing)
     with committing():
         item.title = "Renamed while a set is broken"
         item.save()
     assert PendingChange.objects.filter(source="metadata").exists(), "kept for the next run"
     counts = tracking.process_pending()
     assert counts.failed_sets == 1 and PendingChange.objects.exists()
-    monkeypatch.setattr(processing, "_apply_keys", real)
+    monkeypatch.setattr(processing, "_apply", real)
     tracking.process_pending()
     assert not PendingChange.objects.exists()
     assert ("updated", "http://testserver" + item.get_metadata_url()) in changes(metadata)

@@ -4,10 +4,13 @@ Each package holds the bitstreams of the changes recorded in an interval, in log
 changes not yet in any package when it is cut (by ``resourcesync_rebuild`` or the beat task
 ``resourcesync.package_changes``). Its manifest lists every change oldest first, with ``change``
 and ``datetime``, and ``path`` on all but deletions; a resource changed twice is in the package
-twice. A change's bytes are those the resource has when the package is cut (a Source keeps no
-older bytes), hashed as they are packed; a resource that has since left the set is left out of the
-package, and its later deletion is in the log. The Change Dump lists the packages oldest first
-with ``from`` and ``until`` each, and has no ``until`` itself: it is extended as packages follow.
+twice, with the bytes of each change, as the version store kept them when the change was
+processed (:mod:`django_resourcesync.versions`): the manifest's hashes are the Change List's. A
+change whose bytes were not kept (no longer to be had when it was processed, or the store is off)
+is packed with the resource's current bytes if they are still that change's, else left out.
+The bytes of a resource that has left the set are not packed (its deletion is in the log). The
+Change Dump lists the packages oldest first with ``from`` and ``until`` each, and has no
+``until`` itself: it is extended as packages follow.
 
 URIs: ``changedump.xml``, ``changedump/<number>.zip`` and ``changedump/<number>-manifest.xml``.
 """
@@ -19,9 +22,10 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
-from .. import bulk, capabilities, heads, storage, tracking, uris
+from .. import bulk, capabilities, heads, storage, tracking, uris, versions
 from ..conf import app_settings
-from ..exceptions import BuildAbandoned
+from ..entries import Representation
+from ..exceptions import BuildAbandoned, UnpublishableResource
 from ..models import Build, ChangeDumpPackage, ChangeEvent, ChangeList, Resource, Withdrawal
 from ..served import GONE, Served
 from ..xml.writer import DocumentWriter, url_element, w3c_datetime
@@ -103,19 +107,30 @@ def _cut(resource_set, number, events, from_time, until, *, replacing=None):
                     manifest_of=lambda n: manifest_name(number), split=False)
     try:
         keys = {event.object_pk for event in events if event.change != "deleted"}
-        objects = {str(obj.pk): obj for obj in source.queryset(resource_set.lookups).filter(pk__in=list(keys))}
-        # A change's bytes are the resource's current ones: check them against the current
-        # record, not against the event (an earlier change of the resource had other bytes).
-        records = {row.object_pk: row for row in Resource.objects.filter(resource_set=resource_set, object_pk__in=list(keys))}
+        # Only the bytes of resources still in the set: one that left it is withdrawn from
+        # every package (its changes stay in the Change List, with its deletion).
+        present = set(
+            bulk.filter_in(Resource.objects.filter(resource_set=resource_set), "object_pk", keys)
+            .values_list("object_pk", flat=True)
+        )
+        current = _Current(source, resource_set, present)
+        left_out = 0
         for event in events:
             md = {"change": event.change, "datetime": w3c_datetime(event.datetime)}
             if event.change != "deleted":
-                record = records.get(event.object_pk)
-                packed = packer.pack(event, objects.get(event.object_pk) if record else None, record)
-                if packed is None:
+                if event.object_pk not in present:
                     continue
-                md.update(packed)
+                found = versions.open_bytes(event.sha256) if event.sha256 else None
+                if found is None:
+                    found = current.bytes_of(event)
+                if found is None:
+                    left_out += 1
+                    continue
+                md.update(packer.pack_bytes(event, *found))
             packer.add_entry(url_element(event.uri, lastmod=event.lastmod if event.change != "deleted" else None, md=md))
+        if left_out:
+            logger.warning("%s Change Dump package %d: %d change(s) whose bytes are not kept are left out",
+                           resource_set.slug, number, left_out)
         if replacing is not None:
             packer.open()  # the package is there again, empty if nothing of it is left
         packer.finish(md={"from": w3c_datetime(from_time), "until": w3c_datetime(until)})
@@ -151,6 +166,43 @@ def _cut(resource_set, number, events, from_time, until, *, replacing=None):
         if leaving & keys:
             withdraw_packages(ChangeDumpPackage.objects.filter(pk=package.pk))
     return package
+
+
+class _Current:
+    """The bytes a resource has now, for a change whose own bytes the store does not hold (it
+    was processed before the store was on, or with ``KEEP_VERSIONS`` off): packed only if they
+    are that change's bytes, checked by their hash first."""
+
+    def __init__(self, source, resource_set, keys):
+        self.source, self.resource_set, self.keys = source, resource_set, keys
+        self._objects = None
+
+    def bytes_of(self, event):
+        """``(chunks, length)`` of the event's bytes, or ``None``."""
+        if not event.sha256:
+            return None
+        if self._objects is None:
+            queryset = bulk.filter_in(self.source.queryset(self.resource_set.lookups), "pk", self.keys)
+            self._objects = {str(obj.pk): obj for obj in queryset}
+        obj = self._objects.get(event.object_pk)
+        try:
+            found = self.source.bitstream(obj) if obj is not None else None
+            if found is None:
+                return None
+            if versions.keeps(self.resource_set):
+                representation = versions.keep(found[0], unless=None)
+                if representation.sha256 != event.sha256:
+                    return None
+                versions.record({representation.sha256: representation.length})
+                return versions.open_bytes(event.sha256)
+            representation = Representation.of_chunks(found[0])
+            if representation.sha256 != event.sha256:
+                return None
+            again = self.source.bitstream(obj)
+            return (again[0], representation.length) if again is not None else None
+        except (UnpublishableResource, OSError) as exc:
+            logger.warning("Left out of the package: %s (%s)", event.uri, exc)
+            return None
 
 
 def published(resource_set):

@@ -35,10 +35,11 @@ class BuildContext:
     def take_snapshot_time(self):
         """Set the build's ``at`` to now, taken under the set's lock: a change being written
         waits until it has committed, and every change written later has a later datetime. So
-        the documents plus the changes after ``at`` are the current state."""
+        the documents plus the changes after ``at`` are the current state: a change processed
+        later is dated after it (the change log reads it in the same lock)."""
         with tracking.locked(self.resource_set):
             self.build.at = timezone.now()
-        self.build.save(update_fields=["at"])
+            self.build.save(update_fields=["at"])
 
     def bring_up_to_date(self, *, refresh=True, progress=None, batch_size=None):
         """Bring the set's record in line with the site (unless ``refresh`` is false: the caller

@@ -13,17 +13,20 @@ import datetime
 import tempfile
 
 from django.db import router
+from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from .. import bulk, capabilities, heads, storage
 from ..conf import app_settings
-from ..models import ChangeEvent, ChangeList
+from ..models import Build, ChangeEvent, ChangeList, PendingChange
 from ..xml.writer import DocumentWriter, change_entry, w3c_datetime
 
 NAME = "changelist.xml"
 # Periods are counted from a Monday midnight (UTC), so weeks start on Mondays, days at midnight.
 EPOCH = datetime.datetime(1970, 1, 5, tzinfo=datetime.timezone.utc)
 PERIODS = {"hourly": 3600, "daily": 86400, "weekly": 7 * 86400}
+#: The capabilities whose documents are snapshots of the set taken at their ``at``.
+SNAPSHOTS = (capabilities.RESOURCELIST, capabilities.RESOURCEDUMP)
 #: The smallest step of a datetime: an event after a list closed at ``until`` is at least this later.
 TICK = datetime.timedelta(microseconds=1)
 
@@ -67,39 +70,49 @@ class ChangeLog:
 
     def append(self, changes):
         """Write :class:`~django_resourcesync.tracking.Change` objects as change events, in
-        order. Datetimes never go backwards, whatever the clock."""
+        order, each at its ``datetime`` (now, for a change without one). Datetimes never go
+        backwards, whatever the clocks, and never fall before a snapshot already taken (a
+        Resource List's ``at``): a change processed late is dated after the events, and the
+        snapshots, that went before it."""
+        if not changes:
+            return
         now = timezone.now()
-        done = 0
-        while done < len(changes):
-            # Every event of a call has the same datetime (the clock's, or the last event's if
-            # the clock went back), so a list can only close before the first one, or when full.
-            moment = max(now, self._earliest())
-            until = self._closing_point(moment, len(self._entry(changes[done], w3c_datetime(moment))))
+        floor = self._floor()
+        rows = []
+        set_id = self.resource_set.pk
+        for change in changes:
+            moment = max(change.datetime or now, self._earliest(), floor)
+            entry = self._entry(change, w3c_datetime(moment))
+            until = self._closing_point(moment, len(entry))
             if until is not None:
+                self._insert(rows)
+                rows = []
                 self._close(until)
                 # Strictly after the closed list's until: a Destination that goes on from a
                 # closed list with the events after its until misses none.
-                moment = max(moment, until + TICK)
-            stamp = w3c_datetime(moment)
-            room = app_settings.MAX_ENTRIES_PER_DOCUMENT - self.open.entries
-            size, rows = self.open.size, []
-            set_id, list_id = self.resource_set.pk, self.open.pk
-            for change in changes[done : done + room]:
-                entry = self._entry(change, stamp)
-                if rows and DocumentWriter.HEAD_ROOM + size + len(entry) > app_settings.MAX_DOCUMENT_BYTES:
-                    break  # the list is full by its bytes: the next round closes it
-                size += len(entry)
-                rows.append((
-                    set_id, list_id, change.object_pk, change.uri, change.change, moment,
-                    change.lastmod, change.md5, change.sha256, change.length, change.media_type, change.encoding, entry,
-                ))
-            self._insert(rows)
-            self.open.entries += len(rows)
-            self.open.size = size
+                if moment <= until:
+                    moment = until + TICK
+                    entry = self._entry(change, w3c_datetime(moment))
+            rows.append((
+                set_id, self.open.pk, change.object_pk, change.uri, change.change, moment,
+                change.lastmod, change.md5, change.sha256, change.length, change.media_type, change.encoding, entry,
+            ))
+            self.open.entries += 1
+            self.open.size += len(entry)
             self.open.last_datetime = moment
-            done += len(rows)
-        if changes:
-            self.open.save(update_fields=["entries", "last_datetime", "size"])
+        self._insert(rows)
+        self.open.save(update_fields=["entries", "last_datetime", "size"])
+
+    def _floor(self):
+        """The earliest datetime of an event written now: after the newest snapshot of the set
+        (taken under its lock, so none is being taken now), which shows every change before it."""
+        taken = Q(status__in=[Build.Status.PUBLISHED, Build.Status.RETIRED]) | Q(status=Build.Status.RUNNING, at__gt=F("started"))
+        # (A running build's at is its start until the snapshot is taken, after its refresh.)
+        newest = (
+            Build.objects.filter(taken, resource_set=self.resource_set, capability__in=SNAPSHOTS)
+            .aggregate(newest=Max("at"))["newest"]
+        )
+        return newest + TICK if newest else self.open.from_time
 
     def _earliest(self):
         """The earliest datetime the next event may have: after the open list's last event, or
@@ -121,7 +134,8 @@ class ChangeLog:
     )
 
     def _insert(self, rows):
-        bulk.insert(ChangeEvent, self.EVENT_FIELDS, rows, router.db_for_write(ChangeEvent))
+        if rows:
+            bulk.insert(ChangeEvent, self.EVENT_FIELDS, rows, router.db_for_write(ChangeEvent))
 
     def _closing_point(self, moment, entry_size):
         """``until`` for the open list if an event at ``moment`` (its entry ``entry_size``
@@ -159,7 +173,14 @@ def close_due(resource_set, now=None):
     now = now or timezone.now()
     current = ChangeList.objects.filter(resource_set=resource_set, until__isnull=True).first()
     if current is not None and current.entries and period_end(current.last_datetime) <= now:
-        ChangeLog(resource_set)._close(period_end(current.last_datetime))
+        until = period_end(current.last_datetime)
+        # Not while a change made before its until waits to be processed (a worker outage):
+        # it belongs in this list, which then closes as its processing goes past the until.
+        waiting = PendingChange.objects.filter(source=resource_set.source, recorded__lt=until).filter(
+            Q(resource_set__isnull=True) | Q(resource_set=resource_set)
+        )
+        if not waiting.exists():
+            ChangeLog(resource_set)._close(until)
     retention = app_settings.CHANGELIST_RETENTION
     if retention:
         cutoff = now - datetime.timedelta(seconds=retention)

@@ -28,6 +28,7 @@ pending change; the periodic reconcile finds the difference and records it.
 import atexit
 import logging
 import os
+import secrets
 import threading
 import time
 
@@ -47,12 +48,21 @@ GATHER_SECONDS = 0.05
 ATTEMPTS = 5
 
 
-def insert(rows, using):
-    """Insert ``(source, object_pk, related)`` rows as pending changes, in ``using``'s current
-    transaction: one statement, none of the ORM's per-object work."""
-    now = timezone.now()
-    fields = ("source", "object_pk", "related", "recorded")
-    bulk.insert(PendingChange, fields, [(source, key, related, now) for source, key, related in rows], using)
+FIELDS = ("source", "object_pk", "related", "state", "recorded", "transaction")
+
+
+def stamped(rows, now=None):
+    """``(source, object_pk, related, state, recorded)`` of ``(source, object_pk, related)`` or
+    ``(source, object_pk, related, state)`` rows: the change is made now."""
+    now = now or timezone.now()
+    return [(*row, None, now) if len(row) == 3 else (*row, now) for row in rows]
+
+
+def insert(rows, using, token=None):
+    """Insert stamped rows (see :func:`stamped`) as pending changes of the transaction
+    ``token``, in ``using``'s current transaction: one statement, none of the ORM's per-object
+    work."""
+    bulk.insert(PendingChange, FIELDS, [(*row, token) for row in rows], using)
 
 
 def takes_concurrent_writers(connection):
@@ -103,7 +113,7 @@ class Dispatcher:
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
         self._wake = threading.Event()
-        self._rows = {}  # using -> [(source, object_pk, related)]
+        self._rows = {}  # using -> stamped rows
         self._sources = {}  # task -> source names
         self._busy = False
         self._thread = None
@@ -115,7 +125,7 @@ class Dispatcher:
             wanted = self._sources.setdefault(task, set())
             if rows:
                 self._rows.setdefault(using, []).extend(rows)
-                wanted.update(source for source, _key, _related in rows)
+                wanted.update(row[0] for row in rows)
             wanted.update(sources)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="resourcesync-dispatch", daemon=True)
@@ -187,7 +197,7 @@ class Dispatcher:
         if connection.connection is not None and not connection.is_usable():
             connection.close()  # dropped by the server since the last round
         with transaction.atomic(using=using):
-            insert(rows, using)
+            insert(rows, using)  # each its own change: its save committed on its own
 
     @staticmethod
     def _attempt(what, func, *args):
@@ -206,11 +216,13 @@ dispatcher = Dispatcher()
 
 
 class _OnCommit:
-    """The on-commit callback of one transaction: queues processing for the sources it touched."""
+    """The on-commit callback of one transaction: queues processing for the sources it touched.
+    Its ``token`` marks the transaction's pending changes: those of one object are one change."""
 
-    def __init__(self, sources):
-        self.sources = set(sources)
+    def __init__(self):
+        self.sources = set()
         self.done = False
+        self.token = secrets.randbits(62)
 
     def __call__(self):
         self.done = True
@@ -225,12 +237,16 @@ class _OnCommit:
 
 
 def record(rows, using=None, *, saved=False):
-    """Record ``(source, object_pk, related)`` rows as pending changes, and have them processed
-    after the commit (see the module's description for how). ``saved``: the rows are those of a
-    save or delete that has already committed (a signal in autocommit), which the dispatcher
-    may write a little later; other callers (the bulk API) find their rows written on return."""
+    """Record ``(source, object_pk, related[, state])`` rows as pending changes made now, and
+    have them processed after the commit (see the module's description for how). ``state``:
+    what a save left of the object (:meth:`~django_resourcesync.sources.ResourceSource.saved_state`),
+    ``None`` for a row that asks for the object to be looked at again. ``saved``: the rows are
+    those of a save or delete that has already committed (a signal in autocommit), which the
+    dispatcher may write a little later; other callers (the bulk API) find their rows written
+    on return."""
     if not rows:
         return
+    rows = stamped(rows)
     using = using or router.db_for_write(PendingChange)
     connection = connections[using]
     if saved and not connection.in_atomic_block and takes_concurrent_writers(connection):
@@ -238,15 +254,20 @@ def record(rows, using=None, *, saved=False):
         if in_background(task):
             dispatcher.submit(task, rows=rows, using=using)
             return
-    sources = {source for source, _key, _related in rows}
     if not connection.in_atomic_block:
+        callback = _OnCommit()
         with transaction.atomic(using=using):  # one commit for them all
-            insert(rows, using)
+            insert(rows, using, callback.token)
     else:
-        insert(rows, using)
-        # One callback per transaction: find the one already registered, if any.
-        for _sids, func, _robust in connection.run_on_commit:
-            if isinstance(func, _OnCommit) and not func.done:
-                func.sources.update(sources)
-                return
-    transaction.on_commit(_OnCommit(sources), using=using)
+        # One callback per transaction: the one already registered, if any.
+        callback = next(
+            (func for _sids, func, _robust in connection.run_on_commit if isinstance(func, _OnCommit) and not func.done), None
+        )
+        registered = callback is not None
+        callback = callback or _OnCommit()
+        insert(rows, using, callback.token)
+        if registered:
+            callback.sources.update(row[0] for row in rows)
+            return
+    callback.sources.update(row[0] for row in rows)
+    transaction.on_commit(callback, using=using)

@@ -1,16 +1,18 @@
 """Processing pending changes: turn the outbox's rows into change events, set by set."""
 
 import logging
+from typing import NamedTuple
 
 from django.apps import apps
-from django.db import transaction
+from django.db import router, transaction
+from django.db.models import Q
 
 from .. import bulk
 from ..conf import app_settings
 from ..models import PendingChange, ResourceSet
 from ..sources import registry
 from .locks import is_tracked
-from .writer import ChangeCounts, SetWriter
+from .writer import ChangeCounts, History, SetWriter
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +22,15 @@ def _unique_keys(keys):
 
 
 def process_pending(source_names=None, *, batch_size=None):
-    """Turn pending changes into change events; returns the counts. Safe to run concurrently."""
+    """Turn pending changes into change events, each at the time it was made, in the order
+    they were made; returns the counts. Safe to run concurrently.
+
+    Every save recorded is a change of its object (saves of one object in one transaction are
+    one change): when an object was saved several times before its changes were processed (a
+    worker outage), each save is an event, the overtaken ones with the bytes they left where
+    they can still be had (:meth:`~django_resourcesync.sources.ResourceSource.saved_state`).
+    A change of a related object is a change of the objects it affects if their entries differ.
+    """
     batch_size = batch_size or app_settings.BATCH_SIZE
     counts = ChangeCounts()
     names = source_names or list(PendingChange.objects.values_list("source", flat=True).distinct())
@@ -32,68 +42,113 @@ def process_pending(source_names=None, *, batch_size=None):
         # A disabled set publishes nothing and is reconciled by its first rebuild once enabled:
         # its changes are not written meanwhile, and a broken disabled set holds up no one.
         sets = list(ResourceSet.objects.filter(source=name, enabled=True).order_by("pk"))
+        enabled = {resource_set.pk for resource_set in sets}
         broken = set()  # sets whose changes could not be written in this run
-        after = 0  # rows up to this id are kept for the next run (a set failed on them)
+        after = 0  # rows up to this id are done with in this run
         while True:
             with transaction.atomic():
                 # Lock the sets first (in pk order, as every writer does), then take the batch:
                 # a concurrent run waits here and then finds the rows already processed.
                 for resource_set in sets:
                     ResourceSet.objects.select_for_update().filter(pk=resource_set.pk).first()
-                pending = list(
-                    PendingChange.objects.filter(source=name, id__gt=after)
+                pending = [
+                    Pending(*row)
+                    for row in PendingChange.objects.filter(source=name, id__gt=after)
+                    .filter(Q(resource_set__isnull=True) | Q(resource_set__in=enabled))
                     .order_by("id")
-                    .values_list("id", "object_pk", "related")[:batch_size]
-                )
+                    .values_list(*Pending._fields)[:batch_size]
+                ]
                 if not pending:
                     break
-                keys = _keys_of(source, pending)
                 for resource_set in sets:
                     if resource_set.pk in broken:
                         continue
+                    mine = [row for row in pending if row.resource_set_id in (None, resource_set.pk)]
+                    if not mine:
+                        continue
                     try:
                         with transaction.atomic():  # a savepoint: a broken set spoils only its own part
-                            _apply_keys(resource_set, source, keys, batch_size, counts)
+                            _apply(resource_set, source, mine, batch_size, counts)
                     except Exception:
                         # The other sets go on; this one is not tried again in this run.
                         logger.exception(
                             "Set %s: pending changes could not be applied; they wait for the next run", resource_set.slug
                         )
                         broken.add(resource_set.pk)
-                if broken:
-                    # A row goes only once its change is written in every set: these stay, and
-                    # the next run (or the set's reconcile, once it is fixed) writes them.
-                    after = pending[-1][0]
-                else:
-                    bulk.filter_in(PendingChange.objects.all(), "pk", [row_id for row_id, _key, _related in pending]).delete()
+                _settle(name, pending, broken)
+                after = pending[-1].id
         counts.failed_sets += len(broken)
     return counts
 
 
-def _keys_of(source, pending):
-    """The keys of the source's objects that pending changes name, those of related objects
-    resolved to the source's objects they affect (as they are now)."""
-    keys, related = {}, {}
-    for _id, key, related_label in pending:
-        if related_label:
-            related.setdefault(related_label, []).append(key)
+class Pending(NamedTuple):
+    """One pending change, as processing reads it."""
+
+    id: int
+    object_pk: str
+    related: str
+    recorded: object
+    transaction: int
+    state: object
+    resource_set_id: int
+
+
+def _settle(source_name, pending, broken):
+    """Done with a batch: its rows go, except that each set that failed on them keeps its own
+    copy (the other sets wrote theirs), which its next run (or reconcile, once it is fixed)
+    writes."""
+    bulk.filter_in(PendingChange.objects.all(), "pk", [row.id for row in pending if row.resource_set_id not in broken]).delete()
+    copies = [
+        (source_name, row.object_pk, row.related, row.state, row.recorded, row.transaction, set_id)
+        for set_id in sorted(broken) for row in pending if row.resource_set_id is None
+    ]
+    fields = ("source", "object_pk", "related", "state", "recorded", "transaction", "resource_set_id")
+    bulk.insert(PendingChange, fields, copies, router.db_for_write(PendingChange))
+
+
+def histories(source, pending):
+    """``{object_pk: History}`` of the source's objects that pending changes name, those of
+    related objects resolved to the source's objects they affect (as they are now), in the
+    order of their newest change."""
+    changes = []  # (row id, object_pk, row)
+    related = {}
+    for row in pending:
+        if row.related:
+            related.setdefault(row.related, []).append(row)
         else:
-            keys[key] = None
-    for label, pks in related.items():
+            changes.append((row.id, row.object_pk, row))
+    for label, rows in related.items():
         try:
             model = apps.get_model(label)
         except LookupError:
             logger.warning("Pending changes of the unknown model %r are dropped", label)
             continue
-        keys.update(dict.fromkeys(_unique_keys(source.affected_by(model, pks))))
-    return list(keys)
+        affected = source.affected_by_each(model, _unique_keys(row.object_pk for row in rows))
+        changes.extend((row.id, str(key), row) for row in rows for key in affected.get(row.object_pk, ()))
+    changes.sort(key=lambda change: change[0])
+    found, last = {}, {}
+    for _id, key, row in changes:
+        history, before = found.get(key), last.get(key)
+        last[key] = row
+        if history is None:
+            found[key] = History(row.recorded, row.id)
+            continue
+        # Saves of one object in one transaction are one change: its last state.
+        same_transaction = row.transaction is not None and row.transaction == before.transaction
+        if before.state is not None and not same_transaction:
+            history.earlier.append((before.recorded, before.id, before.state))
+        history.time, history.seq = row.recorded, row.id
+    return dict(sorted(found.items(), key=lambda item: item[1].seq))
 
 
-def _apply_keys(resource_set, source, keys, batch_size, counts):
+def _apply(resource_set, source, pending, batch_size, counts):
+    """Write the changes ``pending`` rows record into one set."""
+    history = histories(source, pending)
+    keys = list(history)
     writer = SetWriter(resource_set, record_events=is_tracked(resource_set))
     for start in range(0, len(keys), batch_size):
         batch = keys[start : start + batch_size]
         fingerprints = writer.read_fingerprints(batch) if source.fingerprint_fields else None  # first
         present = {str(obj.pk): obj for obj in bulk.filter_in(source.queryset(resource_set.lookups), "pk", batch)}
-        writer.apply({key: present.get(key) for key in batch}, fingerprints)
+        writer.apply({key: present.get(key) for key in batch}, fingerprints, history)
     counts.add(writer.counts)

@@ -16,14 +16,19 @@ from . import is_enabled, outbox
 def object_changed(sender, instance, raw=False, using=None, signal=None, **kwargs):
     """A tracked object was saved or deleted: record it as a pending change of each source it
     concerns. A related object is recorded as such (the source's objects it affects are looked
-    up after the commit), except when it is deleted: then they are looked up now."""
+    up after the commit), except when it is deleted: then they are looked up now. A save of one of
+    the source's own objects is a change of it, with the state it left (see
+    :meth:`~django_resourcesync.sources.ResourceSource.saved_state`)."""
     if not is_enabled() or getattr(instance, "_resourcesync_skip", False):
         return
     rows = []
     for source in registry.sources_tracking(sender):
         related = source.related_label(sender)
         if not related:
-            rows.append((source.name, str(instance.pk), ""))
+            # A save is a change, and what its state needs later goes with it; a deletion only
+            # asks for the object to be looked at (it is gone, whatever it was).
+            state = None if signal is post_delete else source.state_of_save(instance)
+            rows.append((source.name, str(instance.pk), "", state))
         elif raw:
             continue  # fixture loading: related objects may not be there yet; reconcile covers it
         elif signal is post_delete:

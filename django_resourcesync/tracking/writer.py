@@ -1,16 +1,18 @@
 """Writing changes: compare objects with a set's record, write what differs and its change events."""
 
+import functools
 import logging
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError, router
 from django.utils import timezone
 
-from .. import bulk
+from .. import bulk, versions
+from ..entries import Representation
 from ..exceptions import UnpublishableResource
 from ..models import LeftOut, Resource
 from ..signals import resources_left
-from ..sources import Representation
+from ..versions import StoreUnavailable
 from ..xml.writer import resource_entry
 from .changelog import ChangeLog
 
@@ -71,15 +73,18 @@ def matching_fingerprints(resource_set, fingerprints):
     }
 
 
-def entry_values(source, obj, known=None, fingerprint=None):
+def entry_values(source, obj, known=None, fingerprint=None, read=None):
     """Field values of the Resource row for ``obj``; reuses the hashes of ``known`` (its
-    record, a dict) when its fingerprint did not change. Raises UnpublishableResource when
-    ``obj`` cannot be listed."""
+    record, a dict) when its fingerprint did not change. ``read(obj)``, if given, reads and
+    hashes the bytes otherwise (the version store keeps them on the way). Raises
+    UnpublishableResource when ``obj`` cannot be listed."""
     if fingerprint is None:
         fingerprint = fingerprint_of(source, obj)
     representation = None
     if known is not None and fingerprint and known["fingerprint"] == fingerprint and known["sha256"]:
         representation = Representation(known["md5"], known["sha256"], known["length"], known["media_type"] or None)
+    elif read is not None:
+        representation = read(obj)
     entry = source.entry(obj, known=representation)
     values = {
         "uri": entry.uri,
@@ -121,15 +126,33 @@ class Change:
     media_type: str = ""
     links: list = field(default_factory=list)
     encoding: str = ""
+    #: When it was made (``None``: now, for a change found by reconciling), and its place in
+    #: the order of the pending changes (the log is written in that order).
+    datetime: object = None
+    seq: int = 0
 
     @classmethod
-    def of(cls, key, change, values):
+    def of(cls, key, change, values, **when):
         """A ``created`` or ``updated`` change with what ``values`` say of the resource (a
         ``deleted`` one says nothing of what was removed: ``Change(key, uri, "deleted")``)."""
         return cls(
             key, values["uri"], change, values["lastmod"], values["md5"], values["sha256"],
-            values["length"], values["media_type"], values["links"], values["encoding"]
+            values["length"], values["media_type"], values["links"], values["encoding"], **when
         )
+
+
+@dataclass(slots=True)
+class History:
+    """What the pending changes of one object say of it: when the newest was made (``time``,
+    ``seq``), and the saves it overtook, each ``(time, seq, state)``, oldest first: changes
+    that were committed, and are published, though their state is gone."""
+
+    time: object
+    seq: int
+    earlier: list = field(default_factory=list)
+
+    def when(self):
+        return {"datetime": self.time, "seq": self.seq}
 
 
 RECORD_FIELDS = ("resource_set_id", "object_pk", *ENTRY_FIELDS, "recorded")
@@ -154,12 +177,16 @@ class SetWriter:
         self.counts = ChangeCounts()
         self.using = router.db_for_write(Resource)
         self._any_left_out = None
+        self.keeping = record_events and versions.keeps(resource_set)
+        self.kept = {}  # {sha256: length} kept in this batch
 
-    def apply(self, objects, fingerprints=None):
+    def apply(self, objects, fingerprints=None, history=None):
         """``objects``: ``{object_pk: obj or None}``, ``None`` for an object that is not (or no
         longer) among the set's items. ``fingerprints``: those of the objects, read in the
-        database (``fingerprint_fields``) before the objects were, else they are read here."""
-        keys, fingerprints = self._unvouched(objects, fingerprints)
+        database (``fingerprint_fields``) before the objects were, else they are read here.
+        ``history``: ``{object_pk: History}`` of pending changes; without, a change is made now."""
+        history = history or {}
+        keys, fingerprints = self._unvouched(objects, fingerprints, history)
         known = self._records([key for key in keys if objects[key] is not None], ("id", "object_pk", *ENTRY_FIELDS))
         # Of an object that is gone, only what its deletion needs.
         known.update(self._records([key for key in keys if objects[key] is None], ("id", "object_pk", "uri")))
@@ -168,41 +195,50 @@ class SetWriter:
         withdrawn = {}  # {key: record id} of resources that leave the set
         for key in keys:
             obj, row = objects[key], known.get(key)
+            past = history.get(key)
+            when = past.when() if past else {}
             values = None
             if obj is not None:
+                # Bytes are kept on the way, unless they are those of the record (no change).
+                read = functools.partial(self._keep, unless=row and row["sha256"]) if self.keeping else None
                 try:
-                    values = entry_values(self.source, obj, row, fingerprints.get(key))
-                except DatabaseError:
-                    raise  # the transaction is broken: the whole batch fails, nothing is lost
+                    values = entry_values(self.source, obj, row, fingerprints.get(key), read)
+                except (DatabaseError, StoreUnavailable):
+                    raise  # the transaction is broken, the store down: the batch fails, nothing is lost
                 except Exception as exc:  # one bad object must not stop the set: it is left out
                     left_out[key] = describe_failure(exc)
                     self.counts.skipped += 1
             if values is None:
                 if row is not None:
                     gone.append(row["id"])
-                    changes.append(Change(key, row["uri"], "deleted"))
+                    changes.append(Change(key, row["uri"], "deleted", **when))
                     withdrawn[key] = row["id"]
                 continue
+            # The saves its last change overtook: each one a change of the resource.
+            earlier = self._earlier(key, obj, row, values, past)
+            changes.extend(earlier)
             if row is None:
                 writes[key] = values
-                changes.append(Change.of(key, "created", values))
+                changes.append(Change.of(key, "updated" if earlier else "created", values, **when))
                 continue
             changed = [name for name, value in values.items() if row[name] != value]
-            if not changed:
+            if not changed and not earlier:
                 self.counts.unchanged += 1
                 continue
             if "uri" in changed:
                 # A resource that moves is, to a Destination, one deleted and one created.
-                changes.append(Change(key, row["uri"], "deleted"))
-                changes.append(Change.of(key, "created", values))
-            elif any(name in changed for name in REPRESENTATION_FIELDS) or not (values["sha256"] or row["sha256"]):
+                changes.append(Change(key, row["uri"], "deleted", **when))
+                changes.append(Change.of(key, "created", values, **when))
+            elif earlier or any(name in changed for name in REPRESENTATION_FIELDS) or not (values["sha256"] or row["sha256"]):
                 # With bytes, a change of them; without (a source that knows none), a change of
                 # its fingerprint or of anything its entry shows: the only changes it can tell.
-                changes.append(Change.of(key, "updated", values))
+                # After saves it overtook, the state it left.
+                changes.append(Change.of(key, "updated", values, **when))
             else:
                 self.counts.unchanged += 1  # the same bytes, only lastmod, links or the like: no event
-            writes[key] = values
-            gone.append(row["id"])  # rewritten below: cheaper than an UPDATE per row
+            if changed:
+                writes[key] = values
+                gone.append(row["id"])  # rewritten below: cheaper than an UPDATE per row
         present = sum(1 for key in keys if objects[key] is not None)
         if len(left_out) >= SYSTEMIC_FAILURE and len(left_out) == present:
             # Every object of the batch failed: the storage or the source is down, not the
@@ -234,7 +270,78 @@ class SetWriter:
         for change in changes:
             setattr(self.counts, change.change, getattr(self.counts, change.change) + 1)
         if self.record_events:
-            self.log.append(changes)
+            if self.keeping:
+                self._keep_missing(changes, objects)
+            # In the order they were made (a stable sort: changes found now keep theirs).
+            self.log.append(sorted(changes, key=lambda change: change.seq))
+
+    # -- the bytes of each change (the version store) ------------------------------------
+
+    def _keep(self, obj, unless=None):
+        """Read, hash and keep the bytes of ``obj`` (``entry_values``' ``read``); bytes whose
+        sha-256 is ``unless`` are not kept."""
+        found = self.source.bitstream(obj)
+        if found is None:
+            return None
+        chunks, content_type = found
+        representation = versions.keep(chunks, self.source._declared_media_type(obj) or content_type, unless=unless)
+        if representation.sha256 != unless:
+            self.kept[representation.sha256] = representation.length
+        return representation
+
+    def _earlier(self, key, obj, row, values, past):
+        """The changes of the saves ``past`` says the last change of ``obj`` overtook, with the
+        bytes each left where they can still be had (see ``ResourceSource.saved_state``). A
+        resource that moved has none: to a Destination, it was deleted and created."""
+        if past is None or not past.earlier or (row is not None and row["uri"] != values["uri"]):
+            return []
+        states = [state for _time, _seq, state in past.earlier]
+        final = self.source.state_of_save(obj)
+        changes = []
+        for index, (time, seq, state) in enumerate(past.earlier):
+            representation = None
+            later = [*states[index + 1 :], final]
+            # Bytes under a name that a later state has too may have been overwritten since.
+            if state and state.get("file") and all(state.get("file") != other.get("file") for other in later):
+                representation = self._state_bytes(obj, state)
+            change = Change(key, values["uri"], "created" if row is None and not index else "updated", datetime=time, seq=seq)
+            if representation is not None:
+                change.md5, change.sha256, change.length = representation.md5, representation.sha256, representation.length
+                change.media_type = representation.media_type or ""
+            changes.append(change)
+        return changes
+
+    def _state_bytes(self, obj, state):
+        try:
+            found = self.source.state_bitstream(obj, state)
+            if found is None:
+                return None
+            chunks, media_type = found
+            if not self.keeping:
+                return Representation.of_chunks(chunks, media_type)
+            representation = versions.keep(chunks, media_type)
+        except (UnpublishableResource, OSError) as exc:
+            logger.info("Set %s: an earlier state of %r cannot be read (%s); its change has no hash",
+                        self.resource_set.slug, obj, exc)
+            return None
+        self.kept[representation.sha256] = representation.length
+        return representation
+
+    def _keep_missing(self, changes, objects):
+        """Keep the bytes of the changes that reused hashes known before (their fingerprint
+        did not change) unless the store has them already; note every kept one as used."""
+        wanted = {change.sha256 for change in changes if change.sha256 and change.change != "deleted"} - set(self.kept)
+        missing = wanted - versions.stored(wanted)
+        for change in changes:
+            obj = objects.get(change.object_pk)
+            if change.sha256 in missing and obj is not None:
+                missing.discard(change.sha256)
+                try:
+                    self._keep(obj)
+                except UnpublishableResource:
+                    pass  # its package leaves it out, and says so
+        versions.record(self.kept)
+        self.kept = {}
 
     def _note_left_out(self, left_out, others):
         """Record the objects that could not be listed (reported by builds and the admin) and
@@ -268,10 +375,11 @@ class SetWriter:
         recorded = bulk.filter_in(Resource.objects.filter(resource_set=self.resource_set), "object_pk", keys)
         return {row["object_pk"]: row for row in recorded.values(*fields)}
 
-    def _unvouched(self, objects, fingerprints=None):
+    def _unvouched(self, objects, fingerprints=None, history=None):
         """The keys of ``objects`` to describe and compare with their record, and the
         fingerprints computed on the way. When the source's fingerprint covers its entries, an
-        object whose fingerprint matches its record's is left out, unchanged, unread."""
+        object whose fingerprint matches its record's is left out, unchanged, unread (unless
+        it has saves in ``history`` that a later one overtook: those are changes)."""
         present = {key: obj for key, obj in objects.items() if obj is not None}
         if fingerprints is None:
             fingerprints = self._fingerprints(present)
@@ -280,6 +388,8 @@ class SetWriter:
         if not self.source.fingerprint_covers_entry:
             return list(objects), fingerprints
         unchanged = matching_fingerprints(self.resource_set, fingerprints)
+        if history:
+            unchanged = {key for key in unchanged if key not in history or not history[key].earlier}
         self.counts.unchanged += len(unchanged)
         return [key for key in objects if key not in unchanged], fingerprints
 

@@ -1,0 +1,199 @@
+"""The version store: the bytes each change left, kept by their sha-256.
+
+When change tracking processes a change of a resource whose set offers a Change Dump, it reads the
+resource's bytes once: it hashes them for the change event and, on the way, writes them into the
+documents' storage under ``<STORAGE_PREFIX>/versions/<sha-256>`` (split in two folder levels). Bytes
+are content-addressed: a thousand changes that leave the same bytes share one copy, and a file
+written again with the bytes it had costs nothing. Change Dump packages are packed from here, so
+each change's bitstream is the state that change left, whatever the resource became since.
+
+Bytes are kept while a change event refers to them (events go with their Change List, after
+``CHANGELIST_RETENTION``), then :func:`collect` removes them. ``KEEP_VERSIONS`` turns the store off.
+Nothing here is served: packages are, and what leaves a set is withdrawn from them.
+"""
+
+import contextlib
+import datetime
+import hashlib
+import logging
+import os
+import posixpath
+import tempfile
+
+from django.core.files import File
+from django.core.files.storage import FileSystemStorage
+from django.db import transaction
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+
+from . import storage
+from .conf import app_settings
+from .entries import Representation, normalise_media_type
+from .exceptions import UnpublishableResource
+from .models import ChangeEvent, Version
+
+logger = logging.getLogger(__name__)
+
+FOLDER = "versions"
+
+
+class StoreUnavailable(RuntimeError):
+    """The version store could not be written (a full disk, a storage outage): the change is
+    not processed now, and nothing is lost (it is tried again)."""
+
+
+def name_of(sha256):
+    return storage.storage_name(FOLDER, sha256[:2], sha256[2:4], sha256)
+
+
+def keeps(resource_set):
+    """Whether changes of the set keep their bytes: the store is on, and the set offers a
+    Change Dump of a source that gives bytes."""
+    from .capabilities import CHANGEDUMP  # the capability table imports the builders
+
+    return bool(app_settings.KEEP_VERSIONS) and resource_set.has_capability(CHANGEDUMP) and resource_set.get_source().gives_bytes
+
+
+def keep(chunks, media_type=None, *, unless=None):
+    """Read ``chunks`` once, hashing them and writing them into the store (unless their sha-256
+    is ``unless``: bytes that did not change); returns their
+    :class:`~django_resourcesync.entries.Representation`. Raises ``UnpublishableResource`` if
+    they cannot be read, :class:`StoreUnavailable` if they cannot be kept. Call :func:`record`
+    in the transaction of the change events that refer to them."""
+    store = storage.get_storage()
+    md5, sha256, length = hashlib.md5(), hashlib.sha256(), 0
+    with _spool(store) as (spool, place):
+        while True:
+            try:
+                chunk = next(chunks, None)
+            except OSError as exc:
+                raise UnpublishableResource(f"cannot read the bytes: {exc}") from exc
+            if chunk is None:
+                break
+            md5.update(chunk)
+            sha256.update(chunk)
+            length += len(chunk)
+            try:
+                spool.write(chunk)
+            except OSError as exc:
+                raise StoreUnavailable(f"cannot write into the version store: {exc}") from exc
+        digest = sha256.hexdigest()
+        try:
+            if digest != unless:
+                place(name_of(digest))
+        except Exception as exc:
+            raise StoreUnavailable(f"cannot write into the version store: {exc}") from exc
+    return Representation(md5.hexdigest(), digest, length, normalise_media_type(media_type))
+
+
+@contextlib.contextmanager
+def _spool(store):
+    """``(file, place)``: a file to write the bytes into, and ``place(name)`` to store them
+    under ``name`` once written. On the local filesystem the file is made beside the store
+    and renamed into place (atomic, no second copy); elsewhere it is uploaded."""
+    if isinstance(store, FileSystemStorage):
+        folder = store.path(storage.storage_name(FOLDER, "tmp"))
+        try:
+            os.makedirs(folder, exist_ok=True)
+            spool = tempfile.NamedTemporaryFile(dir=folder, delete=False)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot write into the version store: {exc}") from exc
+
+        def place(name):
+            spool.flush()
+            target = store.path(name)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.chmod(spool.name, 0o644)
+            os.replace(spool.name, target)  # the same bytes, if they were there already
+
+        try:
+            yield spool, place
+        finally:
+            spool.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(spool.name)
+        return
+
+    with tempfile.TemporaryFile() as spool:
+
+        def place(name):
+            if store.exists(name):
+                return
+            spool.seek(0)
+            saved = store.save(name, File(spool, name=posixpath.basename(name)))
+            if saved != name:  # another process stored them meanwhile: theirs is the copy
+                store.delete(saved)
+
+        yield spool, place
+
+
+def record(kept, now=None):
+    """Note in the database that the bytes ``{sha256: length}`` are kept and were just used.
+    Call it in the transaction that writes the change events referring to them."""
+    if not kept:
+        return
+    now = now or timezone.now()
+    Version.objects.bulk_create(
+        [Version(sha256=digest, storage_name=name_of(digest), length=length, created=now, last_used=now)
+         for digest, length in sorted(kept.items())],
+        update_conflicts=True, unique_fields=["sha256"], update_fields=["last_used"],
+    )
+
+
+def stored(digests, now=None):
+    """Which of ``digests`` the store holds; marks them used now (so :func:`collect` leaves
+    them alone while the events that refer to them are being written)."""
+    digests = set(filter(None, digests))
+    if not digests:
+        return set()
+    found = Version.objects.filter(sha256__in=sorted(digests))
+    found.update(last_used=now or timezone.now())
+    return set(found.values_list("sha256", flat=True))
+
+
+def open_bytes(sha256):
+    """``(chunks, length)`` of the kept bytes ``sha256``, or ``None`` if the store has none
+    (or lost them)."""
+    version = Version.objects.filter(sha256=sha256).values_list("storage_name", "length").first()
+    if version is None:
+        return None
+    name, length = version
+    try:
+        handle = storage.get_storage().open(name, "rb")
+    except FileNotFoundError:
+        logger.error("The version store has lost %s (%s)", sha256, name)
+        return None
+    # Any other error (the storage is down) fails the package being cut, which is cut again.
+
+    def read():
+        with handle:
+            while chunk := handle.read(1024 * 1024):
+                yield chunk
+
+    return read(), length
+
+
+def collect(*, grace=None, now=None, batch_size=1000):
+    """Remove the kept bytes no change event refers to any more, unused for ``grace`` seconds
+    (``SWEEP_GRACE_SECONDS``): a change being processed marks the bytes it refers to as used.
+    Returns how many were removed."""
+    now = now or timezone.now()
+    grace = app_settings.SWEEP_GRACE_SECONDS if grace is None else grace
+    cutoff = now - datetime.timedelta(seconds=grace)
+    removed = 0
+    while True:
+        with transaction.atomic():
+            # Locked, skipping those a processing run is marking as used right now.
+            unused = list(
+                Version.objects.select_for_update(skip_locked=True)
+                .filter(last_used__lt=cutoff)
+                .filter(~Exists(ChangeEvent.objects.filter(sha256=OuterRef("sha256"))))
+                .order_by("pk")
+                .values_list("pk", "storage_name")[:batch_size]
+            )
+            if not unused:
+                return removed
+            Version.objects.filter(pk__in=[pk for pk, _name in unused]).delete()
+            names = [name for _pk, name in unused]
+            transaction.on_commit(lambda names=names: storage.delete_quietly(names))
+        removed += len(unused)
