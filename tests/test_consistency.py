@@ -2,7 +2,9 @@
 
 Hypothesis draws random sequences of what a site does (saves, deletes, items made private or
 public, bulk updates, renamed collections, new and changed files), with a Resource List built
-somewhere in the middle, and checks the property for both demo sets.
+somewhere in the middle, and checks the property for both demo sets. Changes are processed after
+each operation, or late (a worker outage: only where the sequence says, and the Resource List
+snapshot taken while some still wait).
 """
 
 import pytest
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 from django_resourcesync import tracking
 from django_resourcesync.builders.resourcelist import build_resourcelist
 from django_resourcesync.models import ChangeEvent
+from django_resourcesync.tracking import outbox
 from example_project.repository.models import Collection, Item, ItemFile
 
 from .conftest import demo_set
@@ -37,6 +40,7 @@ operations = st.lists(
         st.tuples(st.just("change_file"), st.integers(0, 20), st.binary(max_size=64)),
         st.tuples(st.just("delete_file"), st.integers(0, 20)),
         st.tuples(st.just("new_item"), texts),
+        st.tuples(st.just("process")),  # the workers catch up (with late processing)
     ),
     max_size=12,
 )
@@ -47,7 +51,7 @@ def pick(queryset, index):
     return objects[index % len(objects)] if objects else None
 
 
-def perform(operation):
+def perform(operation, *, late=False):
     kind, *args = operation
     if kind == "title" and (item := pick(Item.objects, args[0])):
         item.title = args[1]
@@ -73,7 +77,11 @@ def perform(operation):
         row.delete()
     elif kind == "new_item":
         Item.objects.create(collection=Collection.objects.first(), title=args[0])
-    tracking.process_pending()  # what the commit would queue
+    # The operation's transaction is over: the next one is another (its saves another change).
+    connection = transaction.get_connection()
+    connection.run_on_commit = [entry for entry in connection.run_on_commit if not isinstance(entry[1], outbox._OnCommit)]
+    if not late or kind == "process":
+        tracking.process_pending()  # what the commit would queue
 
 
 def current_state(resource_set):
@@ -82,22 +90,23 @@ def current_state(resource_set):
 
 
 @hsettings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(before=operations, after=operations)
-def test_resource_list_plus_later_changes_is_the_current_state(seed, before, after):
+@given(before=operations, after=operations, late=st.booleans())
+def test_resource_list_plus_later_changes_is_the_current_state(seed, before, after, late):
     with transaction.atomic():
         seed(5, file_size=40)
         sets = [demo_set("bitstreams"), demo_set("metadata")]
         for resource_set in sets:
             tracking.reconcile(resource_set)  # starts the change log
         for operation in before:
-            perform(operation)
+            perform(operation, late=late)
         snapshots = {}
         for resource_set in sets:
             build = build_resourcelist(resource_set, refresh=False)
             listed = {e.find(f"{{{SM}}}loc").text: md(e)["hash"].split()[1][8:] for e in resource_list_entries(resource_set)}
             snapshots[resource_set.pk] = (build.at, listed)
         for operation in after:
-            perform(operation)
+            perform(operation, late=late)
+        tracking.process_pending()  # the workers are back
         for resource_set in sets:
             at, state = snapshots[resource_set.pk]
             for event in ChangeEvent.objects.filter(resource_set=resource_set, datetime__gte=at).order_by("id"):

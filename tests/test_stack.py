@@ -7,6 +7,8 @@ deployment guide: ``manage.py migrate``, ``manage.py seed_repository --items 200
 --async``. Then, over HTTP only: the Source Description and every document are served within
 a minute, validate, list the hashes of the bytes served, and are objects in the bucket; an item
 saved in ``manage.py shell`` shows up in the open Change List within seconds, through the worker.
+Last, the worker is stopped while a shell saves and rewrites a file three times, and started
+again: each save is one event at its time, and the Change Dump packs each state of the file.
 
 Needs ``TEST_DATABASE_URL`` (a PostgreSQL server; the test creates and drops a database on it)
 and ``TEST_S3_ENDPOINT_URL``; Redis is at ``TEST_REDIS_URL``'s host (database 14).
@@ -324,4 +326,81 @@ def test_the_production_stack_publishes_within_a_minute_and_follows_a_shell_save
     timings["shell's start (with Django's) to the open Change List"] = time.monotonic() - shell_started
     status, body = get(loc(first))
     assert status == 200 and b"Saved in a shell" in body
+    started = time.monotonic()
+    worker_outage(stack, pk)
+    timings["the worker outage, from its start to the Change Dump checked"] = time.monotonic() - started
     print("; ".join(f"{what}: {seconds:.1f}s" for what, seconds in timings.items()))
+
+
+OUTAGE_SAVES = """
+import json
+from django.core.files.base import ContentFile
+from django.utils import timezone
+from example_project.repository.models import Item
+item = Item.objects.get(pk={pk})
+upload = item.files.order_by("pk").first()
+windows = []
+for number, word in enumerate(["one", "two", "three"], start=1):
+    before = timezone.now()
+    item.title = f"Saved during the outage, {{number}}"
+    item.save()
+    upload.file.save("outage.txt", ContentFile((word + " ").encode() * 1000 * number))
+    windows.append((before.isoformat(), timezone.now().isoformat()))
+print(json.dumps({{"file": upload.get_absolute_url(), "windows": windows}}))
+"""
+
+
+def worker_outage(stack, pk):
+    """The worker is stopped while a shell saves an item and rewrites its file three times
+    (each save its own transaction), then started again: each save is one event, dated when
+    it was made, in order, and the file's three states are packed in the Change Dump with the
+    Change List's hashes."""
+    import json
+    import zipfile
+    from io import BytesIO
+
+    from django.utils.dateparse import parse_datetime
+
+    stack.manage("shell", "-c", (
+        "from django_resourcesync.models import ResourceSet; s = ResourceSet.objects.get(slug='bitstreams'); "
+        "s.capabilities = ['resourcelist', 'changelist', 'resourcedump', 'changedump']; s.save()"
+    ))
+    ((name, worker, _log),) = [entry for entry in stack.processes if entry[0] == "worker"]
+    worker.terminate()
+    worker.wait(timeout=60)
+    saved = json.loads(stack.manage("shell", "-c", OUTAGE_SAVES.format(pk=pk)).strip().splitlines()[-1])
+    windows = [(parse_datetime(before), parse_datetime(after)) for before, after in saved["windows"]]
+    contents = [(word + " ").encode() * 1000 * number for number, word in enumerate(["one", "two", "three"], start=1)]
+    record, upload = f"{stack.base}/items/{pk}/metadata.xml", stack.base + saved["file"]
+
+    def events(slug, uri):
+        status, body = get(f"{stack.base}/resourcesync/{slug}/changelist.xml")
+        assert status == 200
+        return [md(e) for e in entries(check_document(body, "changelist")) if loc(e) == uri]
+
+    already = len(events("metadata", record))
+    time.sleep(2)
+    assert len(events("metadata", record)) == already and events("bitstreams", upload) == [], "processed with no worker"
+    stack.start("worker-again", sys.executable, "-m", "celery", "-A", "example_project", "worker", "--loglevel=INFO")
+    deadline = time.monotonic() + 60
+    while len(events("metadata", record)) < already + 3 or len(events("bitstreams", upload)) < 3:
+        assert time.monotonic() < deadline, "the changes made during the outage were not processed"
+        time.sleep(0.5)
+    for found in (events("metadata", record)[already:], events("bitstreams", upload)):
+        assert [meta["change"] for meta in found] == ["updated"] * 3
+        stamps = [parse_datetime(meta["datetime"]) for meta in found]
+        assert all(before <= stamp <= after for stamp, (before, after) in zip(stamps, windows)), (stamps, windows)
+    listed = events("bitstreams", upload)
+    assert [meta["hash"].split()[-1] for meta in listed] == [f"sha-256:{hashlib.sha256(c).hexdigest()}" for c in contents]
+
+    stack.manage("resourcesync_rebuild", "--set", "bitstreams", "--only", "changedump")
+    status, body = get(f"{stack.base}/resourcesync/bitstreams/changedump.xml")
+    assert status == 200
+    (package,) = entries(check_document(body, "changedump"))
+    status, zipped = get(loc(package))
+    assert status == 200 and md(package)["hash"] == f"sha-256:{hashlib.sha256(zipped).hexdigest()}"
+    archive = zipfile.ZipFile(BytesIO(zipped))
+    manifest = check_document(archive.read("manifest.xml"), "changedump-manifest")
+    packed = [md(e) for e in entries(manifest) if loc(e) == upload]
+    assert [archive.read(meta["path"][1:]) for meta in packed] == contents
+    assert [(meta["hash"], meta["datetime"]) for meta in packed] == [(meta["hash"], meta["datetime"]) for meta in listed]
