@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from functools import cached_property
 
 from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
-from django.db import models
+from django.db import models, transaction
 
 from . import bulk
 from .entries import CHANGEFREQS, Entry, Representation, clean_link, clean_links, normalise_media_type
@@ -255,13 +255,31 @@ class ResourceSource:
 
     def state_of_save(self, obj):
         """:meth:`saved_state`, never failing a save: ``{}`` (a save whose state is not kept)
-        when it fails or gives nothing."""
+        when it fails or gives nothing. A state whose bytes can be had later also says which
+        sets the object is in now (``"sets"``): bytes are only ever published by a set the
+        object was in when it had them (a file replaced while its item was private is not)."""
         try:
-            return self.saved_state(obj) or {}
+            state = dict(self.saved_state(obj) or {})
         except Exception:
             logger.warning("%s.saved_state() failed for %r; its change is recorded without it", type(self).__name__, obj,
                            exc_info=True)
             return {}
+        if state.get("file"):
+            state["sets"] = self._sets_listing(obj)
+        return state
+
+    def _sets_listing(self, obj):
+        """The keys of the enabled sets of this source whose items include ``obj`` now (one
+        query per set, in a savepoint: a failure must not spoil the saving transaction)."""
+        from .models import ResourceSet  # the models module imports the app's registry user
+
+        try:
+            with transaction.atomic():
+                sets = ResourceSet.objects.filter(source=self.name, enabled=True).values_list("pk", "lookups")
+                return [pk for pk, lookups in sets if self.queryset(lookups).filter(pk=obj.pk).exists()]
+        except Exception:
+            logger.warning("Could not tell which sets list %r; the bytes of this state are not published", obj, exc_info=True)
+            return []
 
     @property
     def gives_bytes(self):

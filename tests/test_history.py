@@ -527,3 +527,38 @@ def test_a_set_that_failed_is_caught_up_alone_without_repeating_the_others(
     monkeypatch.setattr(processing, "_apply", real)
     tracking.process_pending()
     assert [change for change, *_ in changes(metadata)] == ["updated", "updated"], "the metadata set is not told twice"
+
+
+def test_a_file_replaced_while_its_item_was_private_is_never_published(seed, bitstreams, committing, documents_storage, outage):
+    """During an outage, an item is made private, its file replaced, the item made public and
+    the file replaced again: the bytes the file had while private appear nowhere."""
+    import hashlib
+
+    from django.core.files.base import ContentFile
+
+    from django_resourcesync import tracking
+    from django_resourcesync.builders import changedump
+    from django_resourcesync.models import ChangeEvent, Version
+    from example_project.repository.models import ItemFile
+
+    publish(bitstreams, seed, committing, ALL)
+    item = Item.objects.order_by("pk").first()
+    upload = ItemFile.objects.filter(item=item).order_by("pk").first()
+    secret, public = b"only while the item was private", b"the item is public again"
+
+    def visibility(shown):
+        item.is_public = shown
+        item.save()
+
+    for step in (lambda: visibility(False), lambda: upload.file.save("secret.txt", ContentFile(secret)),
+                 lambda: visibility(True), lambda: upload.file.save("public.txt", ContentFile(public))):
+        with committing():
+            step()
+    tracking.process_pending()
+    digest = hashlib.sha256(secret).hexdigest()
+    assert not ChangeEvent.objects.filter(sha256=digest).exists() and not Version.objects.filter(sha256=digest).exists()
+    assert [meta["hash"].split()[-1] for _c, loc, meta in changes(bitstreams) if loc.endswith(upload.name)] == [
+        f"sha-256:{hashlib.sha256(public).hexdigest()}"
+    ]
+    packed = _manifest_changes(changedump.package_changes(bitstreams))
+    assert secret not in [body for *_rest, body in packed] and public in [body for *_rest, body in packed]

@@ -292,19 +292,25 @@ class SetWriter:
     def _earlier(self, key, obj, row, values, past):
         """The changes of the saves ``past`` says the last change of ``obj`` overtook, with the
         bytes each left where they can still be had (see ``ResourceSource.saved_state``). A
+        state that was not in the set (its item private then) is none of its changes. A
         resource that moved has none: to a Destination, it was deleted and created."""
         if past is None or not past.earlier or (row is not None and row["uri"] != values["uri"]):
             return []
         states = [state for _time, _seq, state in past.earlier]
-        final = self.source.state_of_save(obj)
+        try:
+            final = self.source.saved_state(obj) or {}
+        except Exception:
+            final = {}  # no name to compare with: the earlier states' bytes are read all the same
         changes = []
         for index, (time, seq, state) in enumerate(past.earlier):
+            if "sets" in state and self.resource_set.pk not in state["sets"]:
+                continue  # not in the set then (its item was private, say): nothing to tell
             representation = None
             later = [*states[index + 1 :], final]
             # Bytes under a name that a later state has too may have been overwritten since.
-            if state and state.get("file") and all(state.get("file") != other.get("file") for other in later):
+            if state.get("file") and all(state["file"] != other.get("file") for other in later):
                 representation = self._state_bytes(obj, state)
-            change = Change(key, values["uri"], "created" if row is None and not index else "updated", datetime=time, seq=seq)
+            change = Change(key, values["uri"], "updated" if row is not None or changes else "created", datetime=time, seq=seq)
             if representation is not None:
                 change.md5, change.sha256, change.length = representation.md5, representation.sha256, representation.length
                 change.media_type = representation.media_type or ""
