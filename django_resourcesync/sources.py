@@ -26,7 +26,8 @@ import re
 from collections.abc import Mapping
 from functools import cached_property
 
-from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
+from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured, SuspiciousFileOperation
+from django.core.files.storage import FileSystemStorage
 from django.db import models, transaction
 
 from . import bulk
@@ -202,6 +203,21 @@ class ResourceSource:
         f = self._get("file", obj)
         name = getattr(f, "name", None) if f else None
         return {"file": name} if name else None
+
+    def local_path(self, obj, name=None):
+        """The local path of the object's file (or of ``name`` in its storage) when its storage
+        is the local file system and never writes a file over in place (the version store may
+        then link the file rather than copy it); ``None`` otherwise."""
+        f = self._get("file", obj)
+        store = getattr(f, "storage", None) if f else None
+        if not isinstance(store, FileSystemStorage) or getattr(store, "_allow_overwrite", True):
+            return None
+        if not store.OS_OPEN_FLAGS & os.O_EXCL:
+            return None  # an old-style setting that lets a save write over a file
+        try:
+            return store.path(name or f.name)
+        except (NotImplementedError, ValueError, SuspiciousFileOperation):
+            return None
 
     def state_bitstream(self, obj, state):
         """``(chunks, media_type)`` of the bytes of an earlier state of ``obj``, from what

@@ -427,6 +427,8 @@ def test_a_change_processed_after_a_snapshot_is_dated_after_its_at(seed, metadat
 def test_bytes_are_kept_once_whatever_the_number_of_changes_and_collected_once_unused(
     seed, bitstreams, committing, documents_storage, outage
 ):
+    import os
+
     from django.core.files.base import ContentFile
 
     from django_resourcesync import sweep, tracking, versions
@@ -446,7 +448,10 @@ def test_bytes_are_kept_once_whatever_the_number_of_changes_and_collected_once_u
     digests = set(ChangeEvent.objects.filter(resource_set=bitstreams).values_list("sha256", flat=True))
     assert len(digests) == 1 and Version.objects.count() == 1
     (version,) = Version.objects.all()
-    assert (documents_storage / version.storage_name).read_bytes() == b"the same bytes everywhere"
+    kept = documents_storage / version.storage_name
+    assert kept.read_bytes() == b"the same bytes everywhere"
+    # On the site's own file system, a link to the site's file: no second copy of the bytes.
+    assert kept.stat().st_ino in {os.stat(upload.file.path).st_ino for upload in uploads}
     assert sweep.sweep(grace=0).deleted == 0, "the sweep leaves kept bytes alone"
     assert versions.collect(grace=0) == 0, "an event refers to them"
     ChangeEvent.objects.filter(resource_set=bitstreams).delete()  # past retention
@@ -459,7 +464,8 @@ def test_a_store_that_cannot_be_written_loses_no_change(seed, bitstreams, commit
     """A full disk under the version store: the changes wait (nothing is left out or deleted),
     and are written once there is room."""
     import errno
-    import tempfile
+    import os
+    import shutil
 
     from django.core.files.base import ContentFile
 
@@ -473,12 +479,14 @@ def test_a_store_that_cannot_be_written_loses_no_change(seed, bitstreams, commit
     with committing():
         seed(2)
     rebuild_set(bitstreams)
-    real = tempfile.NamedTemporaryFile
+    real = os.link, shutil.copyfile
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(tempfile, "NamedTemporaryFile", full)
+    # The store links (or copies) the site's file in; neither can be done.
+    monkeypatch.setattr(os, "link", full)
+    monkeypatch.setattr(shutil, "copyfile", full)
     real_send = outbox.send
     monkeypatch.setattr(outbox, "send", lambda task, sources: None)
     upload = ItemFile.objects.order_by("pk").first()
@@ -487,7 +495,8 @@ def test_a_store_that_cannot_be_written_loses_no_change(seed, bitstreams, commit
     counts = tracking.process_pending()
     assert counts.failed_sets == 1 and PendingChange.objects.exists()
     assert changes(bitstreams) == [] and not LeftOut.objects.exists()
-    monkeypatch.setattr(tempfile, "NamedTemporaryFile", real)
+    monkeypatch.setattr(os, "link", real[0])
+    monkeypatch.setattr(shutil, "copyfile", real[1])
     monkeypatch.setattr(outbox, "send", real_send)
     tracking.process_pending()
     assert [change for change, _loc, _md in changes(bitstreams)] == ["updated"]
@@ -562,3 +571,28 @@ def test_a_file_replaced_while_its_item_was_private_is_never_published(seed, bit
     ]
     packed = _manifest_changes(changedump.package_changes(bitstreams))
     assert secret not in [body for *_rest, body in packed] and public in [body for *_rest, body in packed]
+
+
+def test_without_the_store_a_package_holds_only_changes_whose_bytes_are_still_current(
+    seed, bitstreams, committing, documents_storage, outage, settings
+):
+    """``KEEP_VERSIONS`` off: nothing is kept, and a package packs a change only if the
+    resource's current bytes are that change's (never other bytes under its hash)."""
+    from django.core.files.base import ContentFile
+
+    from django_resourcesync import tracking
+    from django_resourcesync.builders import changedump
+    from django_resourcesync.models import Version
+    from example_project.repository.models import ItemFile
+
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "KEEP_VERSIONS": False}
+    publish(bitstreams, seed, committing, ALL)
+    upload = ItemFile.objects.order_by("pk").first()
+    for content in (b"first", b"second", b"third"):
+        with committing():
+            upload.file.save("v.txt", ContentFile(content))
+    tracking.process_pending()
+    listed = [meta["hash"] for _c, loc, meta in changes(bitstreams) if loc.endswith(upload.name)]
+    assert len(listed) == 3 and not Version.objects.exists()
+    packed = _manifest_changes(changedump.package_changes(bitstreams))
+    assert [(meta["hash"], body) for _c, _l, meta, body in packed] == [(listed[-1], b"third")]

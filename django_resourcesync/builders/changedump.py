@@ -171,11 +171,13 @@ def _cut(resource_set, number, events, from_time, until, *, replacing=None):
 class _Current:
     """The bytes a resource has now, for a change whose own bytes the store does not hold (it
     was processed before the store was on, or with ``KEEP_VERSIONS`` off): packed only if they
-    are that change's bytes, checked by their hash first."""
+    are that change's bytes, checked by their hash first (each resource read once)."""
 
     def __init__(self, source, resource_set, keys):
         self.source, self.resource_set, self.keys = source, resource_set, keys
+        self.keeping = versions.keeps(resource_set)
         self._objects = None
+        self._hashed = {}  # {object_pk: Representation of its current bytes, or None}
 
     def bytes_of(self, event):
         """``(chunks, length)`` of the event's bytes, or ``None``."""
@@ -185,24 +187,32 @@ class _Current:
             queryset = bulk.filter_in(self.source.queryset(self.resource_set.lookups), "pk", self.keys)
             self._objects = {str(obj.pk): obj for obj in queryset}
         obj = self._objects.get(event.object_pk)
+        if obj is None:
+            return None
         try:
-            found = self.source.bitstream(obj) if obj is not None else None
-            if found is None:
+            if event.object_pk not in self._hashed:
+                self._hashed[event.object_pk] = self._hash(obj)
+            found = self._hashed[event.object_pk]
+            if found is None or found.sha256 != event.sha256:
                 return None
-            if versions.keeps(self.resource_set):
-                representation = versions.keep(found[0], unless=None)
-                if representation.sha256 != event.sha256:
-                    return None
-                versions.record({representation.sha256: representation.length})
-                return versions.open_bytes(event.sha256)
-            representation = Representation.of_chunks(found[0])
-            if representation.sha256 != event.sha256:
-                return None
+            if self.keeping:
+                versions.record({found.sha256: found.length})
+                return versions.open_bytes(found.sha256)
             again = self.source.bitstream(obj)
-            return (again[0], representation.length) if again is not None else None
+            return (again[0], found.length) if again is not None else None
         except (UnpublishableResource, OSError) as exc:
             logger.warning("Left out of the package: %s (%s)", event.uri, exc)
+            self._hashed[event.object_pk] = None
             return None
+
+    def _hash(self, obj):
+        """The current bytes' Representation (kept in the store on the way, if it keeps)."""
+        found = self.source.bitstream(obj)
+        if found is None:
+            return None
+        if self.keeping:
+            return versions.keep(found[0], path=self.source.local_path(obj))
+        return Representation.of_chunks(found[0])
 
 
 def published(resource_set):

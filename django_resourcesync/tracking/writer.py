@@ -284,7 +284,8 @@ class SetWriter:
         if found is None:
             return None
         chunks, content_type = found
-        representation = versions.keep(chunks, self.source._declared_media_type(obj) or content_type, unless=unless)
+        media_type = self.source._declared_media_type(obj) or content_type
+        representation = versions.keep(chunks, media_type, unless=unless, path=self.source.local_path(obj))
         if representation.sha256 != unless:
             self.kept[representation.sha256] = representation.length
         return representation
@@ -325,7 +326,7 @@ class SetWriter:
             chunks, media_type = found
             if not self.keeping:
                 return Representation.of_chunks(chunks, media_type)
-            representation = versions.keep(chunks, media_type)
+            representation = versions.keep(chunks, media_type, path=self.source.local_path(obj, state["file"]))
         except (UnpublishableResource, OSError) as exc:
             logger.info("Set %s: an earlier state of %r cannot be read (%s); its change has no hash",
                         self.resource_set.slug, obj, exc)
