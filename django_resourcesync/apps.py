@@ -34,4 +34,5 @@ class ResourceSyncConfig(AppConfig):
             except ImportError as exc:
                 source_module_errors.append((module, exc))
         receivers.connect_tracked_models()
+        receivers.connect_sets()
         receivers.connect_celery()

@@ -26,9 +26,8 @@ import re
 from collections.abc import Mapping
 from functools import cached_property
 
-from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured, SuspiciousFileOperation
-from django.core.files.storage import FileSystemStorage
-from django.db import models, transaction
+from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
+from django.db import models
 
 from . import bulk
 from .entries import CHANGEFREQS, Entry, Representation, clean_link, clean_links, normalise_media_type
@@ -204,21 +203,6 @@ class ResourceSource:
         name = getattr(f, "name", None) if f else None
         return {"file": name} if name else None
 
-    def local_path(self, obj, name=None):
-        """The local path of the object's file (or of ``name`` in its storage) when its storage
-        is the local file system and never writes a file over in place (the version store may
-        then link the file rather than copy it); ``None`` otherwise."""
-        f = self._get("file", obj)
-        store = getattr(f, "storage", None) if f else None
-        if not isinstance(store, FileSystemStorage) or getattr(store, "_allow_overwrite", True):
-            return None
-        if not store.OS_OPEN_FLAGS & os.O_EXCL:
-            return None  # an old-style setting that lets a save write over a file
-        try:
-            return store.path(name or f.name)
-        except (NotImplementedError, ValueError, SuspiciousFileOperation):
-            return None
-
     def state_bitstream(self, obj, state):
         """``(chunks, media_type)`` of the bytes of an earlier state of ``obj``, from what
         :meth:`saved_state` kept of it, or ``None`` when they cannot be had (nothing was kept,
@@ -271,31 +255,13 @@ class ResourceSource:
 
     def state_of_save(self, obj):
         """:meth:`saved_state`, never failing a save: ``{}`` (a save whose state is not kept)
-        when it fails or gives nothing. A state whose bytes can be had later also says which
-        sets the object is in now (``"sets"``): bytes are only ever published by a set the
-        object was in when it had them (a file replaced while its item was private is not)."""
+        when it fails or gives nothing."""
         try:
-            state = dict(self.saved_state(obj) or {})
+            return dict(self.saved_state(obj) or {})
         except Exception:
             logger.warning("%s.saved_state() failed for %r; its change is recorded without it", type(self).__name__, obj,
                            exc_info=True)
             return {}
-        if state.get("file"):
-            state["sets"] = self._sets_listing(obj)
-        return state
-
-    def _sets_listing(self, obj):
-        """The keys of the enabled sets of this source whose items include ``obj`` now (one
-        query per set, in a savepoint: a failure must not spoil the saving transaction)."""
-        from .models import ResourceSet  # the models module imports the app's registry user
-
-        try:
-            with transaction.atomic():
-                sets = ResourceSet.objects.filter(source=self.name, enabled=True).values_list("pk", "lookups")
-                return [pk for pk, lookups in sets if self.queryset(lookups).filter(pk=obj.pk).exists()]
-        except Exception:
-            logger.warning("Could not tell which sets list %r; the bytes of this state are not published", obj, exc_info=True)
-            return []
 
     @property
     def gives_bytes(self):

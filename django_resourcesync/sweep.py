@@ -16,11 +16,9 @@ it on a schedule (see docs/schedules.rst).
 
 import datetime
 import logging
-import os
 import posixpath
 from dataclasses import dataclass
 
-from django.core.files.storage import FileSystemStorage
 from django.utils import timezone
 
 from . import storage, versions
@@ -76,15 +74,6 @@ def stored_files(prefix):
             yield posixpath.join(folder, name)
 
 
-def last_touched(store, name):
-    """When a stored file was last written, or linked: a kept version linked to a site's file
-    has that file's modification time, but its own change time (the link)."""
-    if isinstance(store, FileSystemStorage):
-        found = os.stat(store.path(name))
-        return datetime.datetime.fromtimestamp(max(found.st_mtime, found.st_ctime), tz=datetime.timezone.utc)
-    return store.get_modified_time(name)
-
-
 def fail_abandoned_builds():
     """Fail the running builds whose lock is gone or whose holder died; returns how many."""
     failed = 0
@@ -114,7 +103,7 @@ def sweep(*, grace=None, now=None):
         if name in known or name.startswith(protected):
             continue
         try:
-            if grace and last_touched(store, name) > cutoff:
+            if grace and store.get_modified_time(name) > cutoff:
                 continue
         except (OSError, NotImplementedError):
             continue  # gone meanwhile, or a storage that cannot tell: left for now

@@ -4,9 +4,9 @@ When change tracking processes a change of a resource whose set offers a Change 
 resource's bytes once: it hashes them for the change event and, on the way, writes them into the
 documents' storage under ``<STORAGE_PREFIX>/versions/<sha-256>`` (split in two folder levels). Bytes
 are content-addressed: a thousand changes that leave the same bytes share one copy, and a file
-written again with the bytes it had costs nothing. A site file on the store's own file system (and
-a storage that never writes a file over in place) is kept as a hard link: no second copy at all.
-Change Dump packages are packed from here, so each change's bitstream is the state that change
+written again with the bytes it had costs nothing. A copy, never a link to the site's file: a file
+written over in place (by a script, behind the app's back) must not change the bytes kept of the
+changes before. Change Dump packages are packed from here, so each change's bitstream is the state that change
 left, whatever the resource became since.
 
 Bytes are kept while a change event refers to them (events go with their Change List, after
@@ -20,8 +20,6 @@ import hashlib
 import logging
 import os
 import posixpath
-import secrets
-import shutil
 import tempfile
 
 from django.core.files import File
@@ -58,18 +56,15 @@ def keeps(resource_set):
     return bool(app_settings.KEEP_VERSIONS) and resource_set.has_capability(CHANGEDUMP) and resource_set.get_source().gives_bytes
 
 
-def keep(chunks, media_type=None, *, unless=None, path=None):
+def keep(chunks, media_type=None, *, unless=None):
     """Read ``chunks`` once, hashing them and writing them into the store (unless their sha-256
     is ``unless``: bytes that did not change); returns their
-    :class:`~django_resourcesync.entries.Representation`. ``path``: the local file the chunks
-    are read from, if they are, and it is never written over in place: a store on the same
-    file system then links it instead of writing a copy. Raises ``UnpublishableResource`` if
+    :class:`~django_resourcesync.entries.Representation`. Raises ``UnpublishableResource`` if
     they cannot be read, :class:`StoreUnavailable` if they cannot be kept. Call :func:`record`
     in the transaction of the change events that refer to them."""
     store = storage.get_storage()
     md5, sha256, length = hashlib.md5(), hashlib.sha256(), 0
-    linking = path is not None and isinstance(store, FileSystemStorage)
-    with _linked(store, path) if linking else _spool(store) as (spool, place):
+    with _spool(store) as (spool, place):
         while True:
             try:
                 chunk = next(chunks, None)
@@ -81,8 +76,7 @@ def keep(chunks, media_type=None, *, unless=None, path=None):
             sha256.update(chunk)
             length += len(chunk)
             try:
-                if spool is not None:
-                    spool.write(chunk)
+                spool.write(chunk)
             except OSError as exc:
                 raise StoreUnavailable(f"cannot write into the version store: {exc}") from exc
         digest = sha256.hexdigest()
@@ -92,31 +86,6 @@ def keep(chunks, media_type=None, *, unless=None, path=None):
         except Exception as exc:
             raise StoreUnavailable(f"cannot write into the version store: {exc}") from exc
     return Representation(md5.hexdigest(), digest, length, normalise_media_type(media_type))
-
-
-@contextlib.contextmanager
-def _linked(store, path):
-    """``(None, place)``: ``place(name)`` makes ``name`` a hard link to the file at ``path``
-    (no bytes written: the site's file and the kept version share them, and deleting either
-    leaves the other), or a copy where the two are on different file systems."""
-
-    def place(name):
-        target = store.path(name)
-        if os.path.exists(target):
-            return  # content-addressed: those bytes are kept already
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        partial = f"{target}.{secrets.token_hex(6)}.tmp"
-        try:
-            try:
-                os.link(path, partial)
-            except OSError:
-                shutil.copyfile(path, partial)
-            os.replace(partial, target)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(partial)
-
-    yield None, place
 
 
 @contextlib.contextmanager

@@ -78,7 +78,12 @@ def perform(operation, *, late=False):
     elif kind == "new_item":
         Item.objects.create(collection=Collection.objects.first(), title=args[0])
     # The operation's transaction is over: the next one is another (its saves another change).
+    # Its commit notes which sets list the objects saved; their processing waits (late) or
+    # comes now.
     connection = transaction.get_connection()
+    for _sids, callback, _robust in connection.run_on_commit:
+        if isinstance(callback, outbox._OnCommit):
+            outbox.stamp_transactions(callback.using, [callback.token])
     connection.run_on_commit = [entry for entry in connection.run_on_commit if not isinstance(entry[1], outbox._OnCommit)]
     if not late or kind == "process":
         tracking.process_pending()  # what the commit would queue

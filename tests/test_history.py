@@ -427,8 +427,6 @@ def test_a_change_processed_after_a_snapshot_is_dated_after_its_at(seed, metadat
 def test_bytes_are_kept_once_whatever_the_number_of_changes_and_collected_once_unused(
     seed, bitstreams, committing, documents_storage, outage
 ):
-    import os
-
     from django.core.files.base import ContentFile
 
     from django_resourcesync import sweep, tracking, versions
@@ -450,8 +448,10 @@ def test_bytes_are_kept_once_whatever_the_number_of_changes_and_collected_once_u
     (version,) = Version.objects.all()
     kept = documents_storage / version.storage_name
     assert kept.read_bytes() == b"the same bytes everywhere"
-    # On the site's own file system, a link to the site's file: no second copy of the bytes.
-    assert kept.stat().st_ino in {os.stat(upload.file.path).st_ino for upload in uploads}
+    # A copy: the site's file written over in place (behind the app's back) leaves it alone.
+    with open(uploads[0].file.path, "wb") as handle:
+        handle.write(b"written over in place")
+    assert kept.read_bytes() == b"the same bytes everywhere"
     assert sweep.sweep(grace=0).deleted == 0, "the sweep leaves kept bytes alone"
     assert versions.collect(grace=0) == 0, "an event refers to them"
     ChangeEvent.objects.filter(resource_set=bitstreams).delete()  # past retention
@@ -464,8 +464,7 @@ def test_a_store_that_cannot_be_written_loses_no_change(seed, bitstreams, commit
     """A full disk under the version store: the changes wait (nothing is left out or deleted),
     and are written once there is room."""
     import errno
-    import os
-    import shutil
+    import tempfile
 
     from django.core.files.base import ContentFile
 
@@ -479,14 +478,12 @@ def test_a_store_that_cannot_be_written_loses_no_change(seed, bitstreams, commit
     with committing():
         seed(2)
     rebuild_set(bitstreams)
-    real = os.link, shutil.copyfile
+    real = tempfile.NamedTemporaryFile
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    # The store links (or copies) the site's file in; neither can be done.
-    monkeypatch.setattr(os, "link", full)
-    monkeypatch.setattr(shutil, "copyfile", full)
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", full)
     real_send = outbox.send
     monkeypatch.setattr(outbox, "send", lambda task, sources: None)
     upload = ItemFile.objects.order_by("pk").first()
@@ -495,8 +492,7 @@ def test_a_store_that_cannot_be_written_loses_no_change(seed, bitstreams, commit
     counts = tracking.process_pending()
     assert counts.failed_sets == 1 and PendingChange.objects.exists()
     assert changes(bitstreams) == [] and not LeftOut.objects.exists()
-    monkeypatch.setattr(os, "link", real[0])
-    monkeypatch.setattr(shutil, "copyfile", real[1])
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", real)
     monkeypatch.setattr(outbox, "send", real_send)
     tracking.process_pending()
     assert [change for change, _loc, _md in changes(bitstreams)] == ["updated"]
@@ -596,3 +592,45 @@ def test_without_the_store_a_package_holds_only_changes_whose_bytes_are_still_cu
     assert len(listed) == 3 and not Version.objects.exists()
     packed = _manifest_changes(changedump.package_changes(bitstreams))
     assert [(meta["hash"], body) for _c, _l, meta, body in packed] == [(listed[-1], b"third")]
+
+
+def test_an_objects_saves_are_not_cut_apart_by_batches(seed, bitstreams, committing, documents_storage, outage):
+    """A backlog larger than a batch: the saves of one object that fall across the batch's end
+    are each an event with their own bytes, not one event with the last one's."""
+    import hashlib
+
+    from django.core.files.base import ContentFile
+
+    from django_resourcesync import tracking
+    from example_project.repository.models import ItemFile
+
+    publish(bitstreams, seed, committing, ALL, items=3)
+    first, second = ItemFile.objects.order_by("pk")[:2]
+    contents = [b"first, one", b"second, one", b"first, two"]
+    for upload, content in zip((first, second, first), contents):
+        with committing():
+            upload.file.save("x.txt", ContentFile(content))
+    tracking.process_pending(batch_size=1)
+    first_uri = "http://testserver" + first.get_absolute_url()
+    listed = [(loc == first_uri, meta["hash"].split()[-1]) for _c, loc, meta in changes(bitstreams)]
+    assert sorted(listed) == sorted((upload is first, f"sha-256:{hashlib.sha256(content).hexdigest()}")
+                                    for upload, content in zip((first, second, first), contents))
+
+
+def test_saves_made_while_a_resource_was_not_public_are_not_published(seed, metadata, committing, documents_storage, outage):
+    """During an outage, an item is made private, edited, made public and edited again: the
+    edit made while it was private is no event (not even one without bytes)."""
+    from django_resourcesync import tracking
+
+    publish(metadata, seed, committing)
+    item = Item.objects.order_by("pk").first()
+    windows = []
+    for field, value in (("is_public", False), ("title", "Edited while private"), ("is_public", True), ("title", "Public")):
+        def save(field=field, value=value):
+            setattr(item, field, value)
+            item.save()
+        windows.append(_timed(committing, save))
+    tracking.process_pending()
+    stamps = [parse_datetime(meta["datetime"]) for _change, _loc, meta in changes(metadata)]
+    assert len(stamps) == 2
+    assert [any(before <= stamp <= after for stamp in stamps) for before, after in windows] == [False, False, True, True]

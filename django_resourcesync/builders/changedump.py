@@ -211,7 +211,7 @@ class _Current:
         if found is None:
             return None
         if self.keeping:
-            return versions.keep(found[0], path=self.source.local_path(obj))
+            return versions.keep(found[0])
         return Representation.of_chunks(found[0])
 
 

@@ -20,12 +20,19 @@ When tasks run in process (``CELERY_TASK_ALWAYS_EAGER``, the demo's default) or 
 ``BACKGROUND_DISPATCH`` setting is off, there is no thread: rows are inserted in the save's
 transaction and the task runs (or is sent) by ``transaction.on_commit``.
 
+Each save's row also carries the state it left (see
+:meth:`~django_resourcesync.sources.ResourceSource.saved_state`) and, once committed, which sets
+listed its object then (``"sets"``), should a later save overtake it before it is processed: the
+thread finds that out for the rows it writes and for the transactions it is told of, off the
+request; without the thread, the commit's callback does.
+
 The process flushes what the thread still holds when it exits, and after each Celery task. A
 process killed in the milliseconds between a save's commit and the thread's write loses that
 pending change; the periodic reconcile finds the difference and records it.
 """
 
 import atexit
+import json
 import logging
 import os
 import secrets
@@ -63,6 +70,73 @@ def insert(rows, using, token=None):
     ``token``, in ``using``'s current transaction: one statement, none of the ORM's per-object
     work."""
     bulk.insert(PendingChange, FIELDS, [(*row, token) for row in rows], using)
+
+
+#: Seconds a process trusts what it read of a source's sets (a change in this process is seen at once).
+SETS_TTL = 10.0
+_sets = {}  # source name -> (read at, [(lookups, [set keys])])
+
+
+def forget_sets(**kwargs):
+    _sets.clear()
+
+
+def memberships(source_name, keys):
+    """``{key: [set keys]}``: which enabled sets of the source list each of its objects
+    ``keys`` now. A save's state says so (see :func:`with_memberships`): should a later save
+    overtake it before it is processed, it is published only by the sets it was in. One query
+    per distinct filter of the source's sets."""
+    from ..models import ResourceSet
+    from ..sources import registry
+
+    source = registry.get(source_name)
+    now = time.monotonic()
+    known = _sets.get(source_name)
+    if known is None or now - known[0] > SETS_TTL:
+        by_filter = {}
+        enabled = ResourceSet.objects.filter(source=source_name, enabled=True).order_by("pk")
+        for pk, lookups in enabled.values_list("pk", "lookups"):
+            by_filter.setdefault(json.dumps(lookups or {}, sort_keys=True), (lookups, []))[1].append(pk)
+        known = _sets[source_name] = (now, list(by_filter.values()))
+    found = {str(key): [] for key in keys}
+    for lookups, set_keys in known[1]:
+        for pk in bulk.filter_in(source.queryset(lookups), "pk", list(found)).values_list("pk", flat=True):
+            found[str(pk)].extend(set_keys)
+    return found
+
+
+def with_memberships(rows):
+    """Stamped rows, the state of each save with the sets its object is in now (``"sets"``).
+    Should that fail, the states say nothing of it, and the saves are published only if no
+    later save overtakes them before they are processed."""
+    wanted = {}
+    for row in rows:
+        if row[3] is not None:
+            wanted.setdefault(row[0], set()).add(row[1])
+    try:
+        found = {name: memberships(name, keys) for name, keys in wanted.items()}
+    except Exception:
+        logger.warning("Could not tell which sets list the objects saved", exc_info=True)
+        return rows
+    return [(*row[:3], {**row[3], "sets": found[row[0]][row[1]]}, row[4]) if row[3] is not None else row for row in rows]
+
+
+def stamp_transactions(using, tokens):
+    """Add to the saves of the committed transactions ``tokens`` the sets their objects are in
+    (:func:`with_memberships` for rows the saving transaction wrote itself)."""
+    saves = list(
+        PendingChange.objects.using(using)
+        .filter(transaction__in=sorted(tokens), related="", state__isnull=False)
+        .values_list("pk", "source", "object_pk", "state")
+    )
+    if not saves:
+        return
+    found = {}
+    for _pk, name, key, _state in saves:
+        found.setdefault(name, set()).add(key)
+    found = {name: memberships(name, keys) for name, keys in found.items()}
+    stamped = [PendingChange(pk=pk, state={**state, "sets": found[name][key]}) for pk, name, key, state in saves]
+    PendingChange.objects.using(using).bulk_update(stamped, ["state"], batch_size=500)
 
 
 def takes_concurrent_writers(connection):
@@ -114,18 +188,22 @@ class Dispatcher:
         self._done = threading.Condition(self._lock)
         self._wake = threading.Event()
         self._rows = {}  # using -> stamped rows
+        self._stamps = {}  # using -> tokens of committed transactions whose saves need their sets
         self._sources = {}  # task -> source names
         self._busy = False
         self._thread = None
 
-    def submit(self, task, *, rows=None, using=None, sources=()):
-        """Hand over rows to insert (in database ``using``) and sources whose processing
-        ``task`` is to queue."""
+    def submit(self, task, *, rows=None, using=None, sources=(), token=None):
+        """Hand over rows to insert (in database ``using``), the token of a committed
+        transaction whose saves need their sets (:func:`stamp_transactions`), and sources
+        whose processing ``task`` is to queue."""
         with self._lock:
             wanted = self._sources.setdefault(task, set())
             if rows:
                 self._rows.setdefault(using, []).extend(rows)
                 wanted.update(row[0] for row in rows)
+            if token is not None:
+                self._stamps.setdefault(using, set()).add(token)
             wanted.update(sources)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="resourcesync-dispatch", daemon=True)
@@ -134,13 +212,13 @@ class Dispatcher:
 
     def pending(self):
         with self._lock:
-            return bool(self._rows or self._sources or self._busy)
+            return bool(self._rows or self._stamps or self._sources or self._busy)
 
     def flush(self, timeout=10.0):
         """Wait until everything handed over is written and queued; False on timeout."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while self._rows or self._sources or self._busy:
+            while self._rows or self._stamps or self._sources or self._busy:
                 if self._thread is None or not self._thread.is_alive():
                     break  # nothing left to do it (the interpreter is going down): do it here
                 remaining = deadline - time.monotonic()
@@ -169,24 +247,29 @@ class Dispatcher:
 
     def _round(self):
         with self._lock:
-            rows, sources = self._rows, self._sources
-            self._rows, self._sources = {}, {}
-            self._busy = bool(rows or sources)
+            rows, stamps, sources = self._rows, self._stamps, self._sources
+            self._rows, self._stamps, self._sources = {}, {}, {}
+            self._busy = bool(rows or stamps or sources)
         try:
-            if rows or sources:
-                self._deliver(rows, sources)
+            if rows or stamps or sources:
+                self._deliver(rows, stamps, sources)
         finally:
             with self._lock:
                 self._busy = False
                 self._done.notify_all()
 
-    def _deliver(self, rows, sources):
+    def _deliver(self, rows, stamps, sources):
         names = sorted(set().union(*sources.values())) if sources else []
         for using, using_rows in rows.items():
+            using_rows = with_memberships(using_rows)
             if not self._attempt(f"write {len(using_rows)} pending changes", self._write, using, using_rows):
                 logger.error(
                     "%d pending changes of %s could not be written; the next reconcile finds them", len(using_rows), names
                 )
+        for using, tokens in stamps.items():
+            # Before their processing is queued: a worker that is up finds them stamped.
+            if not self._attempt("note which sets list the objects saved", stamp_transactions, using, tokens):
+                logger.warning("Saves of %d transaction(s) do not say which sets listed their objects", len(tokens))
         for task, task_sources in sources.items():
             if task_sources and not self._attempt("queue change processing", send, task, task_sources):
                 logger.error("Change processing for %s could not be queued; it waits for the next run", sorted(task_sources))
@@ -219,17 +302,31 @@ class _OnCommit:
     """The on-commit callback of one transaction: queues processing for the sources it touched.
     Its ``token`` marks the transaction's pending changes: those of one object are one change."""
 
-    def __init__(self):
+    def __init__(self, using):
         self.sources = set()
         self.done = False
         self.token = secrets.randbits(62)
+        self.using = using
 
     def __call__(self):
         self.done = True
         task = processing_task()
-        if in_background(task):
+        background = in_background(task)
+        if background and takes_concurrent_writers(connections[self.using]):
+            # The thread notes which sets list the objects saved (off the request), then
+            # queues their processing.
+            dispatcher.submit(task, sources=self.sources, using=self.using, token=self.token)
+            return
+        if background:
+            # SQLite, whose transactions do not wait for a writer: the thread writes nothing,
+            # and these saves are published only if no later save overtakes them.
             dispatcher.submit(task, sources=self.sources)
             return
+        try:
+            # No thread (tasks run in process, or BACKGROUND_DISPATCH is off): done here.
+            stamp_transactions(self.using, [self.token])
+        except Exception:
+            logger.warning("Could not note which sets list the objects saved", exc_info=True)
         try:
             send(task, self.sources)
         except Exception:  # a broker outage must not fail the committed save; beat catches up
@@ -255,7 +352,7 @@ def record(rows, using=None, *, saved=False):
             dispatcher.submit(task, rows=rows, using=using)
             return
     if not connection.in_atomic_block:
-        callback = _OnCommit()
+        callback = _OnCommit(using)
         with transaction.atomic(using=using):  # one commit for them all
             insert(rows, using, callback.token)
     else:
@@ -264,7 +361,7 @@ def record(rows, using=None, *, saved=False):
             (func for _sids, func, _robust in connection.run_on_commit if isinstance(func, _OnCommit) and not func.done), None
         )
         registered = callback is not None
-        callback = callback or _OnCommit()
+        callback = callback or _OnCommit(using)
         insert(rows, using, callback.token)
         if registered:
             callback.sources.update(row[0] for row in rows)

@@ -51,15 +51,17 @@ def process_pending(source_names=None, *, batch_size=None):
                 # a concurrent run waits here and then finds the rows already processed.
                 for resource_set in sets:
                     ResourceSet.objects.select_for_update().filter(pk=resource_set.pk).first()
-                pending = [
-                    Pending(*row)
-                    for row in PendingChange.objects.filter(source=name, id__gt=after)
-                    .filter(Q(resource_set__isnull=True) | Q(resource_set__in=enabled))
-                    .order_by("id")
-                    .values_list(*Pending._fields)[:batch_size]
-                ]
+                rows = PendingChange.objects.filter(Q(resource_set__isnull=True) | Q(resource_set__in=enabled), source=name)
+                pending = [Pending(*row) for row in rows.filter(id__gt=after).order_by("id").values_list(*FIELDS)[:batch_size]]
                 if not pending:
                     break
+                last = pending[-1].id
+                if len(pending) == batch_size:
+                    # An object's saves are never cut apart: the last one of a batch would be
+                    # described by the state a later save left. Its later saves join the batch.
+                    keys = {row.object_pk for row in pending if not row.related}
+                    later = bulk.filter_in(rows.filter(id__gt=last, related=""), "object_pk", keys)
+                    pending += [Pending(*row) for row in later.order_by("id").values_list(*FIELDS)]
                 for resource_set in sets:
                     if resource_set.pk in broken:
                         continue
@@ -76,7 +78,7 @@ def process_pending(source_names=None, *, batch_size=None):
                         )
                         broken.add(resource_set.pk)
                 _settle(name, pending, broken)
-                after = pending[-1].id
+                after = last
         counts.failed_sets += len(broken)
     return counts
 
@@ -91,6 +93,9 @@ class Pending(NamedTuple):
     transaction: int
     state: object
     resource_set_id: int
+
+
+FIELDS = Pending._fields
 
 
 def _settle(source_name, pending, broken):

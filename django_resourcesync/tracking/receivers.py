@@ -9,6 +9,7 @@ comparison, hashing and change events happen after the commit, off the request.
 from celery.signals import task_postrun
 from django.db.models.signals import post_delete, post_save
 
+from ..models import ResourceSet
 from ..sources import registry
 from . import is_enabled, outbox
 
@@ -51,6 +52,12 @@ def flush_after_task(**kwargs):
     """A Celery task that saved tracked objects hands their pending changes over before the
     worker takes the next task (or exits)."""
     outbox.dispatcher.flush()
+
+
+def connect_sets():
+    """A process forgets what it read of the sets as soon as it changes one (see outbox.memberships)."""
+    post_save.connect(outbox.forget_sets, sender=ResourceSet, dispatch_uid="resourcesync_forget_sets_save")
+    post_delete.connect(outbox.forget_sets, sender=ResourceSet, dispatch_uid="resourcesync_forget_sets_delete")
 
 
 def connect_celery():

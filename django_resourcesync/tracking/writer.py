@@ -285,7 +285,7 @@ class SetWriter:
             return None
         chunks, content_type = found
         media_type = self.source._declared_media_type(obj) or content_type
-        representation = versions.keep(chunks, media_type, unless=unless, path=self.source.local_path(obj))
+        representation = versions.keep(chunks, media_type, unless=unless)
         if representation.sha256 != unless:
             self.kept[representation.sha256] = representation.length
         return representation
@@ -304,8 +304,8 @@ class SetWriter:
             final = {}  # no name to compare with: the earlier states' bytes are read all the same
         changes = []
         for index, (time, seq, state) in enumerate(past.earlier):
-            if "sets" in state and self.resource_set.pk not in state["sets"]:
-                continue  # not in the set then (its item was private, say): nothing to tell
+            if self.resource_set.pk not in state.get("sets", ()):
+                continue  # not in the set then (its item was private, say), or not known: nothing to tell
             representation = None
             later = [*states[index + 1 :], final]
             # Bytes under a name that a later state has too may have been overwritten since.
@@ -326,7 +326,7 @@ class SetWriter:
             chunks, media_type = found
             if not self.keeping:
                 return Representation.of_chunks(chunks, media_type)
-            representation = versions.keep(chunks, media_type, path=self.source.local_path(obj, state["file"]))
+            representation = versions.keep(chunks, media_type)
         except (UnpublishableResource, OSError) as exc:
             logger.info("Set %s: an earlier state of %r cannot be read (%s); its change has no hash",
                         self.resource_set.slug, obj, exc)
