@@ -141,13 +141,21 @@ class PendingChange(models.Model):
     #: ``None`` for a row that only asks for the object to be looked at again (a deletion, the
     #: bulk API, a related object).
     state = models.JSONField(null=True, blank=True)
+    #: Of a save: the keys of the sets its object was in when it committed (noted just after);
+    #: ``None`` while not known. A save a later one overtook is published only by those sets.
+    sets = models.JSONField(null=True, blank=True)
     #: Set on a row kept for one set only, after that set failed to apply it (the others did).
     resource_set = models.ForeignKey(
         "ResourceSet", null=True, blank=True, on_delete=models.CASCADE, related_name="+", db_index=False
     )
 
     class Meta:
-        indexes = [models.Index(fields=["source", "id"])]
+        indexes = [
+            models.Index(fields=["source", "id"]),
+            # The saves of a committed transaction, found to note their sets.
+            models.Index(fields=["transaction"], condition=models.Q(transaction__isnull=False),
+                         name="resourcesync_pending_txn"),
+        ]
         verbose_name = _("pending change")
         verbose_name_plural = _("pending changes")
 

@@ -83,7 +83,7 @@ def perform(operation, *, late=False):
     connection = transaction.get_connection()
     for _sids, callback, _robust in connection.run_on_commit:
         if isinstance(callback, outbox._OnCommit):
-            outbox.stamp_transactions(callback.using, [callback.token])
+            outbox.stamp_transactions(callback.using, {callback.token: callback.saved})
     connection.run_on_commit = [entry for entry in connection.run_on_commit if not isinstance(entry[1], outbox._OnCommit)]
     if not late or kind == "process":
         tracking.process_pending()  # what the commit would queue

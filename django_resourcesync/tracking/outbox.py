@@ -55,14 +55,15 @@ GATHER_SECONDS = 0.05
 ATTEMPTS = 5
 
 
-FIELDS = ("source", "object_pk", "related", "state", "recorded", "transaction")
+FIELDS = ("source", "object_pk", "related", "state", "recorded", "sets", "transaction")
 
 
 def stamped(rows, now=None):
-    """``(source, object_pk, related, state, recorded)`` of ``(source, object_pk, related)`` or
-    ``(source, object_pk, related, state)`` rows: the change is made now."""
+    """``(source, object_pk, related, state, recorded, sets)`` of ``(source, object_pk,
+    related)`` or ``(source, object_pk, related, state)`` rows: the change is made now; which
+    sets list the object is found after the commit (:func:`with_memberships`)."""
     now = now or timezone.now()
-    return [(*row, None, now) if len(row) == 3 else (*row, now) for row in rows]
+    return [(*row, None, now, None) if len(row) == 3 else (*row, now, None) for row in rows]
 
 
 def insert(rows, using, token=None):
@@ -106,9 +107,9 @@ def memberships(source_name, keys):
 
 
 def with_memberships(rows):
-    """Stamped rows, the state of each save with the sets its object is in now (``"sets"``).
-    Should that fail, the states say nothing of it, and the saves are published only if no
-    later save overtakes them before they are processed."""
+    """Stamped rows, each save's with the sets its object is in now. Should that fail, they
+    say nothing of it, and the saves are published only if no later save overtakes them
+    before they are processed."""
     wanted = {}
     for row in rows:
         if row[3] is not None:
@@ -118,25 +119,28 @@ def with_memberships(rows):
     except Exception:
         logger.warning("Could not tell which sets list the objects saved", exc_info=True)
         return rows
-    return [(*row[:3], {**row[3], "sets": found[row[0]][row[1]]}, row[4]) if row[3] is not None else row for row in rows]
+    return [(*row[:5], found[row[0]][row[1]]) if row[3] is not None else row for row in rows]
 
 
-def stamp_transactions(using, tokens):
-    """Add to the saves of the committed transactions ``tokens`` the sets their objects are in
-    (:func:`with_memberships` for rows the saving transaction wrote itself)."""
-    saves = list(
-        PendingChange.objects.using(using)
-        .filter(transaction__in=sorted(tokens), related="", state__isnull=False)
-        .values_list("pk", "source", "object_pk", "state")
-    )
-    if not saves:
-        return
-    found = {}
-    for _pk, name, key, _state in saves:
-        found.setdefault(name, set()).add(key)
-    found = {name: memberships(name, keys) for name, keys in found.items()}
-    stamped = [PendingChange(pk=pk, state={**state, "sets": found[name][key]}) for pk, name, key, state in saves]
-    PendingChange.objects.using(using).bulk_update(stamped, ["state"], batch_size=500)
+def stamp_transactions(using, saved):
+    """Note which sets list the objects of the saves of committed transactions, ``{token:
+    {source: keys}}``, on their rows (written by the saving transactions themselves): one
+    UPDATE per source and set of sets."""
+    by_source = {}  # source -> {key: {tokens}}
+    for token, sources in saved.items():
+        for name, keys in sources.items():
+            for key in keys:
+                by_source.setdefault(name, {}).setdefault(key, set()).add(token)
+    for name, keys in by_source.items():
+        found = memberships(name, keys)
+        groups = {}  # sets -> ({tokens}, [keys])
+        for key, tokens in keys.items():
+            group = groups.setdefault(tuple(found[key]), (set(), []))
+            group[0].update(tokens)
+            group[1].append(key)
+        for sets, (tokens, group_keys) in groups.items():
+            rows = PendingChange.objects.using(using).filter(transaction__in=sorted(tokens), source=name, related="")
+            bulk.filter_in(rows.filter(state__isnull=False), "object_pk", group_keys).update(sets=list(sets))
 
 
 def takes_concurrent_writers(connection):
@@ -188,22 +192,22 @@ class Dispatcher:
         self._done = threading.Condition(self._lock)
         self._wake = threading.Event()
         self._rows = {}  # using -> stamped rows
-        self._stamps = {}  # using -> tokens of committed transactions whose saves need their sets
+        self._stamps = {}  # using -> {token: {source: keys}} of committed saves whose sets are to be noted
         self._sources = {}  # task -> source names
         self._busy = False
         self._thread = None
 
-    def submit(self, task, *, rows=None, using=None, sources=(), token=None):
-        """Hand over rows to insert (in database ``using``), the token of a committed
-        transaction whose saves need their sets (:func:`stamp_transactions`), and sources
+    def submit(self, task, *, rows=None, using=None, sources=(), saved=None):
+        """Hand over rows to insert (in database ``using``), the saves of committed
+        transactions whose sets are to be noted (:func:`stamp_transactions`), and sources
         whose processing ``task`` is to queue."""
         with self._lock:
             wanted = self._sources.setdefault(task, set())
             if rows:
                 self._rows.setdefault(using, []).extend(rows)
                 wanted.update(row[0] for row in rows)
-            if token is not None:
-                self._stamps.setdefault(using, set()).add(token)
+            if saved:
+                self._stamps.setdefault(using, {}).update(saved)
             wanted.update(sources)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="resourcesync-dispatch", daemon=True)
@@ -266,10 +270,10 @@ class Dispatcher:
                 logger.error(
                     "%d pending changes of %s could not be written; the next reconcile finds them", len(using_rows), names
                 )
-        for using, tokens in stamps.items():
-            # Before their processing is queued: a worker that is up finds them stamped.
-            if not self._attempt("note which sets list the objects saved", stamp_transactions, using, tokens):
-                logger.warning("Saves of %d transaction(s) do not say which sets listed their objects", len(tokens))
+        for using, saved in stamps.items():
+            # Before their processing is queued: a worker that is up finds them noted.
+            if not self._attempt("note which sets list the objects saved", stamp_transactions, using, saved):
+                logger.warning("Saves of %d transaction(s) do not say which sets listed their objects", len(saved))
         for task, task_sources in sources.items():
             if task_sources and not self._attempt("queue change processing", send, task, task_sources):
                 logger.error("Change processing for %s could not be queued; it waits for the next run", sorted(task_sources))
@@ -304,9 +308,16 @@ class _OnCommit:
 
     def __init__(self, using):
         self.sources = set()
+        self.saved = {}  # source -> keys of the objects saved (not deleted, not related)
         self.done = False
         self.token = secrets.randbits(62)
         self.using = using
+
+    def add(self, rows):
+        for row in rows:
+            self.sources.add(row[0])
+            if row[3] is not None:
+                self.saved.setdefault(row[0], set()).add(row[1])
 
     def __call__(self):
         self.done = True
@@ -315,7 +326,7 @@ class _OnCommit:
         if background and takes_concurrent_writers(connections[self.using]):
             # The thread notes which sets list the objects saved (off the request), then
             # queues their processing.
-            dispatcher.submit(task, sources=self.sources, using=self.using, token=self.token)
+            dispatcher.submit(task, sources=self.sources, using=self.using, saved={self.token: self.saved})
             return
         if background:
             # SQLite, whose transactions do not wait for a writer: the thread writes nothing,
@@ -324,7 +335,7 @@ class _OnCommit:
             return
         try:
             # No thread (tasks run in process, or BACKGROUND_DISPATCH is off): done here.
-            stamp_transactions(self.using, [self.token])
+            stamp_transactions(self.using, {self.token: self.saved})
         except Exception:
             logger.warning("Could not note which sets list the objects saved", exc_info=True)
         try:
@@ -364,7 +375,7 @@ def record(rows, using=None, *, saved=False):
         callback = callback or _OnCommit(using)
         insert(rows, using, callback.token)
         if registered:
-            callback.sources.update(row[0] for row in rows)
+            callback.add(rows)
             return
-    callback.sources.update(row[0] for row in rows)
+    callback.add(rows)
     transaction.on_commit(callback, using=using)

@@ -92,6 +92,7 @@ class Pending(NamedTuple):
     recorded: object
     transaction: int
     state: object
+    sets: object
     resource_set_id: int
 
 
@@ -104,10 +105,10 @@ def _settle(source_name, pending, broken):
     writes."""
     bulk.filter_in(PendingChange.objects.all(), "pk", [row.id for row in pending if row.resource_set_id not in broken]).delete()
     copies = [
-        (source_name, row.object_pk, row.related, row.state, row.recorded, row.transaction, set_id)
+        (source_name, row.object_pk, row.related, row.state, row.sets, row.recorded, row.transaction, set_id)
         for set_id in sorted(broken) for row in pending if row.resource_set_id is None
     ]
-    fields = ("source", "object_pk", "related", "state", "recorded", "transaction", "resource_set_id")
+    fields = ("source", "object_pk", "related", "state", "sets", "recorded", "transaction", "resource_set_id")
     bulk.insert(PendingChange, fields, copies, router.db_for_write(PendingChange))
 
 
@@ -141,7 +142,8 @@ def histories(source, pending):
         # Saves of one object in one transaction are one change: its last state.
         same_transaction = row.transaction is not None and row.transaction == before.transaction
         if before.state is not None and not same_transaction:
-            history.earlier.append((before.recorded, before.id, before.state))
+            # With the sets it was published by (none, while they are not known).
+            history.earlier.append((before.recorded, before.id, {**before.state, "sets": before.sets or []}))
         history.time, history.seq = row.recorded, row.id
     return dict(sorted(found.items(), key=lambda item: item[1].seq))
 
