@@ -144,6 +144,8 @@ class PendingChange(models.Model):
     #: Of a save: the keys of the sets its object was in when it committed (noted just after);
     #: ``None`` while not known. A save a later one overtook is published only by those sets.
     sets = models.JSONField(null=True, blank=True)
+    #: When ``sets`` was noted: it tells of the save only if the object's next change came later.
+    noted = models.DateTimeField(null=True, blank=True)
     #: Set on a row kept for one set only, after that set failed to apply it (the others did).
     resource_set = models.ForeignKey(
         "ResourceSet", null=True, blank=True, on_delete=models.CASCADE, related_name="+", db_index=False

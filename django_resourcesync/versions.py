@@ -28,7 +28,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from . import storage
+from . import bulk, storage
 from .conf import app_settings
 from .entries import Representation, normalise_media_type
 from .exceptions import UnpublishableResource
@@ -82,7 +82,10 @@ def keep(chunks, media_type=None, *, unless=None):
         digest = sha256.hexdigest()
         try:
             if digest != unless:
-                place(name_of(digest))
+                # Marked as used, in the caller's transaction, before they are placed: a
+                # collection that has not taken them yet leaves them alone (see collect()).
+                claimed = Version.objects.filter(sha256=digest).update(last_used=timezone.now())
+                place(name_of(digest), claimed)
         except Exception as exc:
             raise StoreUnavailable(f"cannot write into the version store: {exc}") from exc
     return Representation(md5.hexdigest(), digest, length, normalise_media_type(media_type))
@@ -101,7 +104,9 @@ def _spool(store):
         except OSError as exc:
             raise StoreUnavailable(f"cannot write into the version store: {exc}") from exc
 
-        def place(name):
+        def place(name, claimed):
+            # Placed whether they are there or not (a rename costs nothing): a version whose
+            # file was lost is whole again.
             spool.flush()
             target = store.path(name)
             os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -118,9 +123,11 @@ def _spool(store):
 
     with tempfile.TemporaryFile() as spool:
 
-        def place(name):
+        def place(name, claimed):
             if store.exists(name):
-                return
+                if claimed:
+                    return  # kept, and now safe from collection until this transaction ends
+                store.delete(name)  # left by a batch that failed, or by a collection: ours replaces it
             spool.seek(0)
             saved = store.save(name, File(spool, name=posixpath.basename(name)))
             if saved != name:  # another process stored them meanwhile: theirs is the copy
@@ -195,7 +202,30 @@ def collect(*, grace=None, now=None, batch_size=1000):
             )
             if not unused:
                 return removed
+            # The files go first, while the rows are locked: once this commits no deletion is
+            # left to come, so bytes kept again meanwhile (whoever waited for these rows) stay.
+            storage.delete_quietly([name for _pk, name in unused])
             Version.objects.filter(pk__in=[pk for pk, _name in unused]).delete()
-            names = [name for _pk, name in unused]
-            transaction.on_commit(lambda names=names: storage.delete_quietly(names))
         removed += len(unused)
+
+
+def forget_withdrawn(resource_set, keys):
+    """Remove the kept bytes of the changes of resources that have just left the set (made
+    private, deleted), unless a change of another resource refers to them too: the store is not
+    served, but its files must not outlive what may be shown (a public bucket, say). Called
+    under the set's lock, in the transaction of their deletion."""
+    events = bulk.filter_in(ChangeEvent.objects.filter(resource_set=resource_set).exclude(sha256=""), "object_pk", keys)
+    digests = set(events.values_list("sha256", flat=True))
+    if not digests:
+        return 0
+    leaving = {str(key) for key in keys}
+    referring = ChangeEvent.objects.filter(sha256__in=sorted(digests)).values_list("sha256", "resource_set_id", "object_pk")
+    shared = {digest for digest, set_id, key in referring.iterator() if set_id != resource_set.pk or key not in leaving}
+    gone = list(
+        Version.objects.select_for_update(skip_locked=True)
+        .filter(sha256__in=sorted(digests - shared))
+        .values_list("pk", "storage_name")
+    )
+    storage.delete_quietly([name for _pk, name in gone])
+    Version.objects.filter(pk__in=[pk for pk, _name in gone]).delete()
+    return len(gone)

@@ -634,3 +634,80 @@ def test_saves_made_while_a_resource_was_not_public_are_not_published(seed, meta
     stamps = [parse_datetime(meta["datetime"]) for _change, _loc, meta in changes(metadata)]
     assert len(stamps) == 2
     assert [any(before <= stamp <= after for stamp in stamps) for before, after in windows] == [False, False, True, True]
+
+
+def test_sets_noted_after_the_objects_next_change_are_not_trusted(seed, bitstreams, committing, documents_storage, outage):
+    """Which sets listed an object is noted just after its save commits; if the object changed
+    again first (its item made private at once, say), what was noted may tell of that change:
+    the overtaken save is then no event."""
+    from django.core.files.base import ContentFile
+
+    from django_resourcesync import tracking
+    from django_resourcesync.models import PendingChange
+    from example_project.repository.models import ItemFile
+
+    publish(bitstreams, seed, committing, ["resourcelist", "changelist"])
+    upload = ItemFile.objects.order_by("pk").first()
+    for content in (b"first", b"second"):
+        with committing():
+            upload.file.save("v.txt", ContentFile(content))
+    first, second = PendingChange.objects.filter(source="bitstreams").order_by("pk")
+    assert first.sets == [bitstreams.pk] and first.noted > first.recorded
+    PendingChange.objects.filter(pk=first.pk).update(noted=second.recorded)  # noted too late
+    tracking.process_pending()
+    assert [change for change, *_ in changes(bitstreams)] == ["updated"]
+
+
+def test_the_bytes_kept_of_a_resource_that_leaves_the_set_are_forgotten(seed, bitstreams, committing, documents_storage):
+    from django.core.files.base import ContentFile
+
+    from django_resourcesync.models import Version
+    from example_project.repository.models import ItemFile
+
+    publish(bitstreams, seed, committing, ALL)
+    first, second = ItemFile.objects.order_by("pk")[:2]
+    assert first.item_id != second.item_id
+    for upload, content in ((first, b"only the first file's"), (second, b"shared bytes"), (first, b"shared bytes")):
+        with committing():
+            upload.file.save("v.txt", ContentFile(content))
+    kept = {version.sha256: documents_storage / version.storage_name for version in Version.objects.all()}
+    assert len(kept) == 2 and all(path.exists() for path in kept.values())
+    with committing():
+        first.item.is_public = False
+        first.item.save()
+    left = {version.sha256 for version in Version.objects.all()}
+    assert len(left) == 1 and kept[left.pop()].read_bytes() == b"shared bytes", "another public file has these"
+    assert sum(path.exists() for path in kept.values()) == 1
+
+
+def test_a_version_whose_file_was_lost_is_whole_again_once_the_bytes_are_kept_again(documents_storage, db):
+    from django_resourcesync import versions
+
+    representation = versions.keep(iter([b"some bytes"]))
+    versions.record({representation.sha256: representation.length})
+    path = documents_storage / versions.name_of(representation.sha256)
+    path.unlink()
+    assert versions.open_bytes(representation.sha256) is None
+    versions.keep(iter([b"some bytes"]))
+    assert path.read_bytes() == b"some bytes"
+
+
+def test_an_earlier_state_that_the_storage_refuses_to_give_has_no_hash(seed, bitstreams, committing, documents_storage, outage,
+                                                                       monkeypatch):
+    from django.core.files.base import ContentFile
+
+    from django_resourcesync import tracking
+    from example_project.repository.models import ItemFile
+
+    publish(bitstreams, seed, committing, ALL)
+    upload = ItemFile.objects.order_by("pk").first()
+    for content in (b"first", b"second"):
+        with committing():
+            upload.file.save("v.txt", ContentFile(content))
+
+    def refused(self, obj, state):
+        raise RuntimeError("403 Forbidden")  # what an object store may answer for a missing key
+
+    monkeypatch.setattr(type(bitstreams.get_source()), "state_bitstream", refused)
+    assert tracking.process_pending().failed_sets == 0
+    assert [("hash" in meta) for _c, _l, meta in changes(bitstreams)] == [False, True]

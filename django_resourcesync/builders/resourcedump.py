@@ -430,7 +430,7 @@ def withdraw_from_build(build, record_ids, now=None, *, rewrite_after_commit=Fal
     if withdrawn and rewrite_after_commit:
         # The packages stop being served with this transaction; the dump's document, a file,
         # is written again once it has committed, so a storage failure cannot undo the
-        # withdrawal (the document then lists packages that answer 410 until the next rebuild).
+        # withdrawal (the dump is then retired until the next rebuild).
         transaction.on_commit(lambda: _rewrite_quietly(build.pk))
     elif withdrawn:
         rewrite_dump(build)
@@ -444,7 +444,14 @@ def _rewrite_quietly(build_id):
             if build is not None:
                 rewrite_dump(build)
     except Exception:
-        logger.exception("The Resource Dump of build %s could not be written again after a withdrawal", build_id)
+        # Rather no Resource Dump than one that lists packages answering 410: the build is
+        # retired (its other packages stay served a while, as a replaced build's are), and the
+        # next rebuild publishes a whole dump again.
+        logger.exception("The Resource Dump of build %s could not be written again after a withdrawal; retired", build_id)
+        try:
+            Build.objects.filter(pk=build_id, status=Build.Status.PUBLISHED).update(status=Build.Status.RETIRED)
+        except Exception:
+            logger.exception("Build %s could not be retired either", build_id)
 
 
 def _withdraw_documents(documents, now=None):

@@ -11,7 +11,9 @@ set's lock. Every package that may hold its bytes is withdrawn there and then:
   retired builds are served only while they hold nothing withdrawn;
 - a **Change Dump** package is found by the change events it packed: it is withdrawn the same
   way, left out of the Change Dump, and packed again (without what left the set) by the next
-  ``resourcesync.package_changes`` or rebuild.
+  ``resourcesync.package_changes`` or rebuild;
+- the **version store** forgets the bytes of its changes (unless another resource's changes have
+  the same bytes): they are never packed again.
 
 A dump being built meanwhile checks, before it publishes, the :class:`Withdrawal` rows written
 since it started (:func:`withdraw_from_build`, :func:`withdrawn_since`): they are kept while such
@@ -23,7 +25,7 @@ import logging
 from django.dispatch import receiver
 from django.utils import timezone
 
-from .. import capabilities
+from .. import capabilities, versions
 from ..models import Build, Withdrawal
 from ..signals import resources_left
 from . import changedump, resourcedump
@@ -53,3 +55,4 @@ def withdraw(sender, resource_set, leaving, **kwargs):
         if build.capability == capabilities.RESOURCEDUMP and build.status in (Build.Status.PUBLISHED, Build.Status.RETIRED):
             resourcedump.withdraw_from_build(build, leaving.values(), now, rewrite_after_commit=True)
     changedump.withdraw_packages_holding(resource_set, list(leaving), now)
+    versions.forget_withdrawn(resource_set, list(leaving))

@@ -55,15 +55,15 @@ GATHER_SECONDS = 0.05
 ATTEMPTS = 5
 
 
-FIELDS = ("source", "object_pk", "related", "state", "recorded", "sets", "transaction")
+FIELDS = ("source", "object_pk", "related", "state", "recorded", "sets", "noted", "transaction")
 
 
 def stamped(rows, now=None):
-    """``(source, object_pk, related, state, recorded, sets)`` of ``(source, object_pk,
+    """``(source, object_pk, related, state, recorded, sets, noted)`` of ``(source, object_pk,
     related)`` or ``(source, object_pk, related, state)`` rows: the change is made now; which
-    sets list the object is found after the commit (:func:`with_memberships`)."""
+    sets list the object is noted after the commit (:func:`with_memberships`)."""
     now = now or timezone.now()
-    return [(*row, None, now, None) if len(row) == 3 else (*row, now, None) for row in rows]
+    return [(*row, None, now, None, None) if len(row) == 3 else (*row, now, None, None) for row in rows]
 
 
 def insert(rows, using, token=None):
@@ -119,7 +119,8 @@ def with_memberships(rows):
     except Exception:
         logger.warning("Could not tell which sets list the objects saved", exc_info=True)
         return rows
-    return [(*row[:5], found[row[0]][row[1]]) if row[3] is not None else row for row in rows]
+    noted = timezone.now()
+    return [(*row[:5], found[row[0]][row[1]], noted) if row[3] is not None else row for row in rows]
 
 
 def stamp_transactions(using, saved):
@@ -133,6 +134,7 @@ def stamp_transactions(using, saved):
                 by_source.setdefault(name, {}).setdefault(key, set()).add(token)
     for name, keys in by_source.items():
         found = memberships(name, keys)
+        noted = timezone.now()
         groups = {}  # sets -> ({tokens}, [keys])
         for key, tokens in keys.items():
             group = groups.setdefault(tuple(found[key]), (set(), []))
@@ -140,7 +142,7 @@ def stamp_transactions(using, saved):
             group[1].append(key)
         for sets, (tokens, group_keys) in groups.items():
             rows = PendingChange.objects.using(using).filter(transaction__in=sorted(tokens), source=name, related="")
-            bulk.filter_in(rows.filter(state__isnull=False), "object_pk", group_keys).update(sets=list(sets))
+            bulk.filter_in(rows.filter(state__isnull=False), "object_pk", group_keys).update(sets=list(sets), noted=noted)
 
 
 def takes_concurrent_writers(connection):

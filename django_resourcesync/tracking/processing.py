@@ -93,6 +93,7 @@ class Pending(NamedTuple):
     transaction: int
     state: object
     sets: object
+    noted: object
     resource_set_id: int
 
 
@@ -105,10 +106,10 @@ def _settle(source_name, pending, broken):
     writes."""
     bulk.filter_in(PendingChange.objects.all(), "pk", [row.id for row in pending if row.resource_set_id not in broken]).delete()
     copies = [
-        (source_name, row.object_pk, row.related, row.state, row.sets, row.recorded, row.transaction, set_id)
+        (source_name, row.object_pk, row.related, row.state, row.sets, row.noted, row.recorded, row.transaction, set_id)
         for set_id in sorted(broken) for row in pending if row.resource_set_id is None
     ]
-    fields = ("source", "object_pk", "related", "state", "sets", "recorded", "transaction", "resource_set_id")
+    fields = ("source", "object_pk", "related", "state", "sets", "noted", "recorded", "transaction", "resource_set_id")
     bulk.insert(PendingChange, fields, copies, router.db_for_write(PendingChange))
 
 
@@ -142,8 +143,11 @@ def histories(source, pending):
         # Saves of one object in one transaction are one change: its last state.
         same_transaction = row.transaction is not None and row.transaction == before.transaction
         if before.state is not None and not same_transaction:
-            # With the sets it was published by (none, while they are not known).
-            history.earlier.append((before.recorded, before.id, {**before.state, "sets": before.sets or []}))
+            # With the sets it is published by: those that listed its object when they were
+            # noted, if that was before the object's next change (else they may tell of that
+            # change: none, as when they are not known).
+            known = before.sets is not None and before.noted is not None and before.noted < row.recorded
+            history.earlier.append((before.recorded, before.id, {**before.state, "sets": before.sets if known else []}))
         history.time, history.seq = row.recorded, row.id
     return dict(sorted(found.items(), key=lambda item: item[1].seq))
 

@@ -327,7 +327,9 @@ class SetWriter:
             if not self.keeping:
                 return Representation.of_chunks(chunks, media_type)
             representation = versions.keep(chunks, media_type)
-        except (UnpublishableResource, OSError) as exc:
+        except (DatabaseError, StoreUnavailable):
+            raise  # the batch fails, nothing is lost
+        except Exception as exc:  # gone, refused, whatever the storage says: no hash rather than a wrong one
             logger.info("Set %s: an earlier state of %r cannot be read (%s); its change has no hash",
                         self.resource_set.slug, obj, exc)
             return None
