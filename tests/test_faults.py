@@ -500,9 +500,9 @@ CONNECTION_LOST = {
         "bitstreams", "resourcedump",
         lambda mp: mp.setattr(resourcedump.Packer, "pack", terminating_after(3, resourcedump.Packer.pack))
     ),
-    "packing a change dump": (
+    "packing a change dump": (  # from the version store
         "bitstreams", "changedump",
-        lambda mp: mp.setattr(resourcedump.Packer, "pack", terminating_after(2, resourcedump.Packer.pack))
+        lambda mp: mp.setattr(resourcedump.Packer, "pack_bytes", terminating_after(2, resourcedump.Packer.pack_bytes))
     ),
 }
 
