@@ -235,23 +235,25 @@ class ResourceSource:
     def affected_by(self, model, pks):
         """:meth:`affected` for many objects of a related model at once: the lookup given in
         ``related_models`` in one query, else ``affected()`` of each object."""
-        lookup = self._related_lookup(model)
-        if lookup is None:
-            return [key for obj in model._default_manager.filter(pk__in=list(pks)).iterator() for key in self.affected(obj)]
-        # Every object that points at them, in the set or not: one that left it is compared too.
-        return list(bulk.filter_in(self.item_model._base_manager.all(), lookup, pks).values_list("pk", flat=True))
+        return [key for keys in self.affected_by_each(model, pks).values() for key in keys]
+
+    # -- the machinery below is not meant to be overridden --------------------------------
 
     def affected_by_each(self, model, pks):
-        """``{related key: [keys]}``: :meth:`affected_by` told apart by the related object."""
+        """``{related key: [keys]}``: :meth:`affected_by` told apart by the related object, so
+        that each change is dated by the related object's own. A site's own ``affected_by`` is
+        called once for them all; what it finds goes with the last of ``pks`` (the newest)."""
+        pks = list(pks)
+        if type(self).affected_by is not ResourceSource.affected_by:
+            return {str(pks[-1]): list(self.affected_by(model, pks))} if pks else {}
         lookup = self._related_lookup(model)
         if lookup is None:
-            return {str(obj.pk): list(self.affected(obj)) for obj in model._default_manager.filter(pk__in=list(pks)).iterator()}
+            return {str(obj.pk): list(self.affected(obj)) for obj in model._default_manager.filter(pk__in=pks).iterator()}
+        # Every object that points at them, in the set or not: one that left it is compared too.
         found = {}
         for key, related in bulk.filter_in(self.item_model._base_manager.all(), lookup, pks).values_list("pk", lookup):
             found.setdefault(str(related), []).append(key)
         return found
-
-    # -- the machinery below is not meant to be overridden --------------------------------
 
     def state_of_save(self, obj):
         """:meth:`saved_state`, never failing a save: ``{}`` (a save whose state is not kept)

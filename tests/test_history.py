@@ -711,3 +711,23 @@ def test_an_earlier_state_that_the_storage_refuses_to_give_has_no_hash(seed, bit
     monkeypatch.setattr(type(bitstreams.get_source()), "state_bitstream", refused)
     assert tracking.process_pending().failed_sets == 0
     assert [("hash" in meta) for _c, _l, meta in changes(bitstreams)] == [False, True]
+
+
+def test_a_sources_own_affected_by_is_what_processing_asks(seed, bitstreams, committing, documents_storage, monkeypatch):
+    """``affected_by`` is a documented hook (a site's faster way to find the objects a related
+    change affects): processing calls the site's own."""
+    publish(bitstreams, seed, committing, ["resourcelist", "changelist"])
+    source = bitstreams.get_source()
+    asked = []
+
+    def affected_by(self, model, pks):
+        asked.append((model, list(pks)))
+        return [key for pk in pks for key in model.objects.get(pk=pk).files.values_list("pk", flat=True)]
+
+    monkeypatch.setattr(type(source), "affected_by", affected_by)
+    item = Item.objects.order_by("pk").first()
+    with committing():
+        item.is_public = False
+        item.save()
+    assert asked == [(Item, [str(item.pk)])]
+    assert {change for change, _loc, _md in changes(bitstreams)} == {"deleted"}

@@ -298,10 +298,7 @@ class SetWriter:
         if past is None or not past.earlier or (row is not None and row["uri"] != values["uri"]):
             return []
         states = [state for _time, _seq, state in past.earlier]
-        try:
-            final = self.source.saved_state(obj) or {}
-        except Exception:
-            final = {}  # no name to compare with: the earlier states' bytes are read all the same
+        final = self.source.state_of_save(obj)
         changes = []
         for index, (time, seq, state) in enumerate(past.earlier):
             if self.resource_set.pk not in state.get("sets", ()):
