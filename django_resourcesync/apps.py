@@ -18,6 +18,7 @@ class ResourceSyncConfig(AppConfig):
         from . import checks, signals, tasks  # noqa: F401
         from .builders import withdrawal  # noqa: F401  (receives signals.resources_left)
         from .conf import app_settings, source_module_errors
+        from .push import receivers as push_receivers
         from .sources import registry
         from .tracking import receivers
 
@@ -36,3 +37,4 @@ class ResourceSyncConfig(AppConfig):
         receivers.connect_tracked_models()
         receivers.connect_sets()
         receivers.connect_celery()
+        push_receivers.connect()

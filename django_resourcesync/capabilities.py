@@ -26,6 +26,8 @@ RESOURCEDUMP = "resourcedump"
 CHANGEDUMP = "changedump"
 RESOURCEDUMP_MANIFEST = "resourcedump-manifest"
 CHANGEDUMP_MANIFEST = "changedump-manifest"
+FRAMEWORK_NOTIFICATION = "framework-notification"
+CHANGE_NOTIFICATION = "change-notification"
 
 #: Files in storage written by builds, served as they are.
 STORED = "stored"
@@ -44,6 +46,7 @@ class Capability:
     build_lock: bool = True  #: rebuilt under the set's build lock for it
     lists_resources: bool = False  #: lists the set's resources: its builds report left-out objects
     needs_bytes: bool = False  #: packs the resources' bytes: only for a source that gives them
+    channel: bool = False  #: a notification channel (a WebSub topic), not a document framework notifications tell of
 
     @property
     def builder(self):
@@ -66,6 +69,10 @@ TABLE = (
                in_parts=True, lists_resources=True, needs_bytes=True),
     Capability(CHANGEDUMP, "changedump.xml", _("Change Dump"), "django_resourcesync.builders.changedump", served=LIVE,
                needs_bytes=True),
+    Capability(FRAMEWORK_NOTIFICATION, "framework-notification", _("Framework Notification"),
+               "django_resourcesync.builders.channel", served=LIVE, build_lock=False, channel=True),
+    Capability(CHANGE_NOTIFICATION, "change-notification", _("Change Notification"),
+               "django_resourcesync.builders.channel", served=LIVE, build_lock=False, channel=True),
 )
 BY_NAME = {capability.name: capability for capability in TABLE}
 

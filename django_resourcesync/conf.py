@@ -59,6 +59,28 @@ DEFAULTS = {
     # Off: nothing is kept, and Change Dump packages carry the bytes a resource has when packed
     # (only for changes whose bytes are still those).
     "KEEP_VERSIONS": True,
+    # Push (WebSub): the hub Destinations subscribe at. None: the built-in hub at /resourcesync/hub.
+    # An external hub's URL: notifications are sent to it instead (see HUB_PING).
+    "HUB_URL": None,
+    # How notifications reach an external hub: "fat" (the payload is POSTed, with Link headers
+    # self, hub and resourcesync: the ResourceSync way) or "thin" (hub.mode=publish with hub.url
+    # and hub.topic; the hub then fetches the topic, which answers with its latest notification).
+    "HUB_PING": "fat",
+    # The lease of a subscription at the built-in hub when the subscriber asks for none, and the
+    # longest it grants (it re-subscribes before the lease ends).
+    "HUB_LEASE_SECONDS": 10 * 86400,
+    "HUB_MAX_LEASE_SECONDS": 30 * 86400,
+    # Callbacks on loopback, private, link-local or reserved addresses are refused (the hub must
+    # not be a way into the site's own network); True allows them (a demo on one machine).
+    "HUB_ALLOW_PRIVATE_CALLBACKS": False,
+    # Seconds a callback (or the external hub) has to answer one request.
+    "HUB_TIMEOUT": 10,
+    # Seconds a notification to the external hub is retried (a subscriber's: until its lease ends).
+    "HUB_GIVE_UP_SECONDS": 86400,
+    # Deliveries of one notification made at once (a thread each).
+    "HUB_DELIVERY_THREADS": 16,
+    # Seconds notifications are kept for the admin (a channel's latest is kept while it exists).
+    "NOTIFICATION_RETENTION": 7 * 86400,
     # URI of a document describing the Source as a whole (Source Description rs:ln describedby).
     "SOURCE_DESCRIBEDBY": None,
     # URI schemes an rs:ln href or profile may have; a link to any other (javascript:, data:,

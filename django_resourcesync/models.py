@@ -464,3 +464,100 @@ class Version(models.Model):
 
     def __str__(self):
         return self.sha256
+
+
+class Channel(models.Model):
+    """A set's notification channel (a WebSub topic): what it has announced so far.
+
+    The change notification channel remembers the last change event it announced; the framework
+    notification channel, the state of each document it announced, so that the next
+    announcement says what changed since (see :mod:`django_resourcesync.push`)."""
+
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="channels", db_index=False)
+    capability = models.CharField(max_length=32)
+    last_event = models.BigIntegerField(default=0, help_text=_("Sequence of the last change event announced."))
+    announced = models.JSONField(default=dict, blank=True, help_text=_("What each document was when last announced."))
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["resource_set", "capability"], name="resourcesync_one_channel")]
+        verbose_name = _("notification channel")
+        verbose_name_plural = _("notification channels")
+
+    def __str__(self):
+        return f"{self.resource_set.slug} {self.capability}"
+
+
+class Subscription(models.Model):
+    """A verified WebSub subscription of a callback to a set's channel at the built-in hub."""
+
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="subscriptions")
+    capability = models.CharField(_("channel"), max_length=32)
+    callback = models.CharField(_("callback"), max_length=2048)
+    secret = models.CharField(max_length=200, blank=True, help_text=_("Signs each delivery (X-Hub-Signature)."))
+    lease_seconds = models.PositiveIntegerField(_("lease (seconds)"))
+    expires = models.DateTimeField(_("expires"))
+    created = models.DateTimeField(_("subscribed"), default=timezone.now)
+    verified = models.DateTimeField(_("last verified"), default=timezone.now)
+
+    class Meta:
+        ordering = ["resource_set", "capability", "callback"]
+        constraints = [
+            models.UniqueConstraint(fields=["resource_set", "capability", "callback"], name="resourcesync_one_subscription")
+        ]
+        verbose_name = _("subscription")
+        verbose_name_plural = _("subscriptions")
+
+    def __str__(self):
+        return f"{self.callback} ({self.resource_set.slug} {self.capability})"
+
+
+class Notification(models.Model):
+    """One notification sent on a channel: its payload, as delivered and as its topic serves it."""
+
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="notifications", db_index=False)
+    capability = models.CharField(_("channel"), max_length=32)
+    payload = models.TextField()
+    entries = models.PositiveIntegerField(default=0)
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-pk"]
+        indexes = [models.Index(fields=["resource_set", "capability", "id"], name="resourcesync_notification_chan")]
+        verbose_name = _("notification")
+        verbose_name_plural = _("notifications")
+
+    def __str__(self):
+        return f"{self.resource_set.slug} {self.capability} #{self.pk}"
+
+
+class Delivery(models.Model):
+    """One notification on its way to a subscriber's callback, or to the external hub."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", _("pending")
+        DELIVERED = "delivered", _("delivered")
+        FAILED = "failed", _("failed")
+
+    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="deliveries")
+    subscription = models.ForeignKey(Subscription, null=True, blank=True, on_delete=models.SET_NULL, related_name="deliveries")
+    target = models.CharField(_("to"), max_length=2048, help_text=_("The callback, or the external hub."))
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt = models.DateTimeField(default=timezone.now)
+    give_up = models.DateTimeField(_("given up at"), help_text=_("Not retried after this (the subscription's lease)."))
+    claimed_until = models.DateTimeField(null=True, blank=True, help_text=_("Being attempted by a process until then."))
+    claim = models.CharField(max_length=32, blank=True, help_text=_("The attempt that claimed it."))
+    last_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    delivered = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-pk"]
+        indexes = [
+            models.Index(fields=["next_attempt"], condition=models.Q(state="pending"), name="resourcesync_delivery_due"),
+        ]
+        verbose_name = _("delivery")
+        verbose_name_plural = _("deliveries")
+
+    def __str__(self):
+        return f"{self.notification} to {self.target} ({self.state})"

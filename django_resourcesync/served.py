@@ -13,6 +13,7 @@ class Served:
         self.etag, self.last_modified = etag, last_modified
         self.body, self.storage_name, self.size = body, storage_name, size
         self.media_type = media_type
+        self.headers = {}  #: more response headers (a topic's Link)
 
     @property
     def live(self):

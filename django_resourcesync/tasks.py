@@ -8,11 +8,12 @@ import logging
 
 from celery import shared_task
 
-from . import capabilities, sweep, tracking
+from . import capabilities, push, sweep, tracking
 from .builders import changedump, parts
 from .builders.locks import build_lock
 from .exceptions import BuildAbandoned
 from .models import ResourceSet
+from .push import announce, hub
 from .rebuild import rebuild_set
 from .tracking.changelog import close_due
 
@@ -156,3 +157,39 @@ def package_changes_task(set_id=None):
                 while (package := changedump.package_changes(resource_set)) is not None:
                     made[resource_set.slug].append(package.number)
     return made
+
+
+@shared_task(name="resourcesync.notify")
+def notify_task(set_ids=None):
+    """Record the notifications due on the sets' channels (every framework channel, and the
+    change notification channels of ``set_ids``, of every set for ``None``) and deliver them.
+    Queued by the commits that change what channels tell of; also picks up deliveries left due
+    (a process that died, a broker that was down)."""
+    made = announce.announce(set_ids)
+    for notification in made:
+        ids = list(notification.deliveries.values_list("pk", flat=True))
+        if ids:
+            push.queue(push.DELIVER, ids=ids)
+    if hub.stale_deliveries():
+        push.queue(push.DELIVER)  # left behind: by a process that died, a broker that was down
+    return [notification.pk for notification in made]
+
+
+@shared_task(name="resourcesync.deliver", **PART_TASK)
+def deliver_task(ids=None):
+    """Deliver notifications (``ids`` of their deliveries; every due one for ``None``); those
+    that fail are attempted again later, with growing pauses."""
+    return hub.deliver(ids)
+
+
+@shared_task(name="resourcesync.deliver_due")
+def deliver_due_task():
+    """Deliver every notification whose next attempt is due and that no one is attempting
+    (beat: every minute, a safety net: deliveries are queued as they are made)."""
+    return hub.deliver()
+
+
+@shared_task(name="resourcesync.verify_subscription")
+def verify_subscription_task(mode, set_id, capability, callback, lease_seconds, secret=""):
+    """Verify a (un)subscription's intent at its callback, and apply it if it is confirmed."""
+    return hub.verify(mode, set_id, capability, callback, lease_seconds, secret)

@@ -7,6 +7,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from django.core.exceptions import ImproperlyConfigured
 from django.urls import reverse
 
+from . import capabilities
 from .conf import app_settings
 from .exceptions import UnpublishableResource
 
@@ -117,3 +118,18 @@ def capability_list_uri(resource_set):
 
 def document_uri(resource_set, name):
     return _absolute(reverse("resourcesync:document", kwargs={"slug": resource_set.slug, "name": name}))
+
+
+def hub_uri():
+    """The hub Destinations subscribe at: ``RESOURCESYNC["HUB_URL"]``, or the built-in one."""
+    return app_settings.HUB_URL or _absolute(reverse("resourcesync:hub"))
+
+
+def topic_uri(resource_set, capability):
+    """The WebSub topic of a set's notification channel (``change-notification``, say)."""
+    return document_uri(resource_set, capabilities.get(capability).document)
+
+
+def topic_capability(name):
+    """The channel whose topic is the document ``name`` of a set, or ``None``."""
+    return next((c.name for c in capabilities.TABLE if c.channel and c.document == name), None)

@@ -7,12 +7,14 @@ made from the capability table; every other document is a file of a build, found
 from django.urls import path
 
 from . import capabilities, views
+from .push import views as push_views
 
 app_name = "resourcesync"
 
 urlpatterns = [
     path(".well-known/resourcesync", views.source_description, name="source-description"),
     path(".well-known/resourcesync/<int:number>.xml", views.source_description_part, name="source-description-part"),
+    path("resourcesync/hub", push_views.hub, name="hub"),
     path("resourcesync/<slug:slug>/capabilitylist.xml", views.capability_list, name="capability-list"),
 ]
 for capability in capabilities.TABLE:

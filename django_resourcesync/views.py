@@ -241,14 +241,18 @@ def live(request, slug, name, capability):
     if served == GONE:
         return _gone()
     if served.live:
-        return _conditional(
+        response = _conditional(
             request, served.etag, served.last_modified,
             lambda: HttpResponse(served.body(), content_type=served.media_type), live=True
         )
-    return _conditional(
-        request, served.etag, served.last_modified,
-        lambda: _stream_from_storage(request, served.storage_name, served.size, served.media_type, served.etag),
-    )
+    else:
+        response = _conditional(
+            request, served.etag, served.last_modified,
+            lambda: _stream_from_storage(request, served.storage_name, served.size, served.media_type, served.etag),
+        )
+    for header, value in served.headers.items():
+        response.headers[header] = value
+    return response
 
 
 def live_in_folder(request, slug, rest, capability):

@@ -19,6 +19,14 @@ def documents_storage(settings, tmp_path):
     return tmp_path / "documents"
 
 
+@pytest.fixture(autouse=True)
+def fresh_push_offers():
+    """Which sets offer a notification channel is read again in each test (its database is new)."""
+    from django_resourcesync import push
+
+    push.forget_offers()
+
+
 @pytest.fixture
 def seed(db):
     """``seed(n)`` adds n public items with files, as ``manage.py seed_repository`` does."""

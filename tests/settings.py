@@ -24,6 +24,11 @@ from example_project.settings import database_from_url  # noqa: E402
 
 if os.environ.get("TEST_DATABASE_URL"):
     DATABASES = {"default": database_from_url(os.environ["TEST_DATABASE_URL"])}
+else:
+    # A file, as a site's SQLite database is: the threads of the process (the live server, the
+    # hub's) then take turns on it, where an in-memory database shared between them would
+    # answer "database table is locked".
+    DATABASES["default"]["TEST"] = {"NAME": os.path.join(os.environ["EXAMPLE_VAR_DIR"], "test.sqlite3")}
 
 if os.environ.get("TEST_CELERY_BROKER_URL"):
     CELERY_BROKER_URL = os.environ["TEST_CELERY_BROKER_URL"]

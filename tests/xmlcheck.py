@@ -16,6 +16,7 @@ W3C_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 CAPABILITIES = {
     "resourcelist", "changelist", "resourcedump", "changedump",
     "resourcedump-manifest", "changedump-manifest", "capabilitylist", "description",
+    "framework-notification", "change-notification",
 }
 AT_DOCUMENTS = {"resourcelist", "resourcedump", "resourcedump-manifest"}
 FROM_DOCUMENTS = {"changelist", "changedump", "changedump-manifest"}
@@ -97,7 +98,7 @@ def check_document(xml_bytes, capability, *, max_entries=50_000):
         assert "from" in top and "at" not in top and "completed" not in top, top
     if capability in ("description", "capabilitylist"):
         assert not {"at", "completed", "from", "until"} & set(top), top
-    if capability != "description":
+    if capability not in ("description", "framework-notification"):  # Example 2 of the notification spec has none
         assert link(doc, "up"), "every document but the Source Description links up"
     items = entries(doc)
     assert len(items) <= max_entries
@@ -115,6 +116,14 @@ def check_document(xml_bytes, capability, *, max_entries=50_000):
             assert meta.get("capability") == "capabilitylist"
         elif capability == "capabilitylist":
             assert meta.get("capability") in CAPABILITIES - {"description", "capabilitylist"}
+            if meta["capability"].endswith("-notification"):  # a channel: its topic and hub (Example 8)
+                assert link(item, "hub"), "a notification channel names its hub"
+        elif capability == "framework-notification":
+            # Section 3: what changed, of which document; never an index (one under an index links it).
+            assert meta.get("change") in ("created", "updated", "deleted") and meta.get("capability") in CAPABILITIES, meta
+            assert not loc.endswith("changelist.xml") or link(item, "index") is None
+        elif capability == "change-notification":
+            assert meta.get("change") in ("created", "updated", "deleted") and "datetime" in meta, meta
         if "hash" in meta:
             for token in meta["hash"].split():
                 algorithm, _, value = token.partition(":")

@@ -47,9 +47,11 @@ def capability_list(resource_set):
         return None
     writer = DocumentWriter()
     for capability, _changed in published:
-        writer.add(
-            url_element(uris.document_uri(resource_set, capabilities.get(capability).document), md={"capability": capability})
-        )
+        builder = capabilities.get(capability).builder
+        links = builder.entry_links(resource_set) if hasattr(builder, "entry_links") else ()
+        writer.add(url_element(
+            uris.document_uri(resource_set, capabilities.get(capability).document), md={"capability": capability}, links=links
+        ))
     md, links = heads.capability_list_head(clean_links([{"rel": "describedby", "href": resource_set.describedby}]))
     last_modified = max([resource_set.modified] + [changed for _c, changed in published if changed])
     return _render(writer, md, links), last_modified

@@ -367,3 +367,14 @@ def describe(resource_set):
     if not packages:
         return None
     return f"{len(packages)} package(s), the latest until {packages[0].until:%Y-%m-%d %H:%M:%S}Z"
+
+
+def notice(resource_set):
+    """What a framework notification tells of it (see push.announce): it changes with each
+    package cut, withdrawn or packed again."""
+    last_modified = _last_modified(resource_set)
+    if last_modified is None:
+        return None
+    count = resource_set.changedump_packages.count()
+    return {"marker": [count, w3c_datetime(last_modified)], "loc": uris.document_uri(resource_set, NAME), "index": None,
+            "datetime": w3c_datetime(last_modified)}

@@ -85,3 +85,20 @@ def describe(resource_set):
     """What the admin says of it."""
     lists = resource_set.changelists.count()
     return f"{resource_set.changes.count()} change(s) in {lists} list(s)" if lists else None
+
+
+def notice(resource_set):
+    """What a framework notification tells of it (see push.announce): the newest list, with
+    a link to the index once there is one; a new list is a new document (``created``)."""
+    lists = list(resource_set.changelists.order_by("-number")[:2])
+    if not lists:
+        return None
+    newest = lists[0]
+    indexed = len(lists) > 1
+    own = uris.document_uri(resource_set, part_name(newest.number) if indexed else NAME)
+    return {
+        "marker": [newest.number, newest.entries],
+        "loc": own,
+        "index": uris.document_uri(resource_set, NAME) if indexed else None,
+        "datetime": w3c_datetime(newest.last_datetime or newest.from_time),
+    }

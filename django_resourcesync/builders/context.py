@@ -10,10 +10,11 @@ import uuid
 from django.db import transaction
 from django.utils import timezone
 
-from .. import capabilities, storage, tracking
+from .. import capabilities, storage, tracking, uris
 from ..conf import app_settings
 from ..exceptions import BuildAbandoned
 from ..models import Build, Document, LeftOut, ResourceSet
+from ..xml.writer import w3c_datetime
 
 logger = logging.getLogger(__name__)
 
@@ -199,3 +200,23 @@ def current_build(resource_set, capability):
         .order_by("-pk")
         .first()
     )
+
+
+def build_notice(resource_set, capability):
+    """What a framework notification tells of the set's published build of ``capability``
+    (see :mod:`django_resourcesync.push.announce`): ``None`` if there is none. A build past one
+    document is told of by its first document, with a link to the index it is under."""
+    build = current_build(resource_set, capability)
+    if build is None:
+        return None
+    main = capabilities.get(capability).document
+    notice = {"marker": build.pk, "loc": uris.document_uri(resource_set, main), "index": None,
+              "datetime": w3c_datetime(build.finished or build.at)}
+    if Document.objects.filter(build=build, name=main, is_index=True).exists():
+        first = (
+            Document.objects.filter(build=build, is_index=False, media_type="application/xml", withdrawn__isnull=True)
+            .exclude(name__endswith="-manifest.xml").order_by("name").values_list("name", flat=True).first()
+        )
+        if first is not None:
+            notice.update(loc=uris.document_uri(resource_set, first), index=notice["loc"])
+    return notice

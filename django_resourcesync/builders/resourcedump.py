@@ -36,7 +36,7 @@ from ..models import Build, BuildPart, Document, Resource, Withdrawal
 from ..packaging import ZIP_MEDIA_TYPE, MemberNames, PackageWriter
 from ..xml.writer import DocumentWriter, hash_value, url_element, w3c_datetime
 from . import parts
-from .context import BuildContext, describe_build, published_at
+from .context import BuildContext, build_notice, describe_build, published_at
 
 logger = logging.getLogger(__name__)
 
@@ -483,3 +483,8 @@ def published(resource_set):
 def describe(resource_set):
     """What the admin says of it."""
     return describe_build(resource_set, capabilities.RESOURCEDUMP)
+
+
+def notice(resource_set):
+    """What a framework notification tells of it (see push.announce)."""
+    return build_notice(resource_set, capabilities.RESOURCEDUMP)

@@ -16,7 +16,7 @@ from ..conf import app_settings
 from ..models import Document, Resource
 from ..xml.writer import DocumentWriter, url_element, w3c_datetime
 from . import parts
-from .context import BuildContext, describe_build, published_at
+from .context import BuildContext, build_notice, describe_build, published_at
 
 NAME = "resourcelist.xml"
 
@@ -166,3 +166,8 @@ def published(resource_set):
 def describe(resource_set):
     """What the admin says of it."""
     return describe_build(resource_set, capabilities.RESOURCELIST)
+
+
+def notice(resource_set):
+    """What a framework notification tells of it (see push.announce)."""
+    return build_notice(resource_set, capabilities.RESOURCELIST)

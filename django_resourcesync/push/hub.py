@@ -1,0 +1,348 @@
+"""The hub: WebSub subscriptions (W3C WebSub, sections 5.1 to 5.3) and the delivery of
+notifications (section 7), to subscribers of the built-in hub or to an external hub.
+
+- A subscription request is checked at once (a 4xx with the reason when it is malformed, names
+  no channel of this Source, or gives a callback the site refuses) and answered 202; the intent
+  is then verified by a GET of the callback with ``hub.challenge`` (``resourcesync.verify_subscription``),
+  and only a callback that echoes it is subscribed (or unsubscribed).
+- A delivery POSTs the payload with ``Link`` headers (``self``, ``hub``, ``resourcesync``) and,
+  for a subscription with a secret, ``X-Hub-Signature: sha256=<HMAC of the body>``. Anything but
+  a 2xx is retried with growing pauses until the subscription's lease ends (an external hub's:
+  ``HUB_GIVE_UP_SECONDS``); then the delivery is marked failed, for the admin to show.
+- Callbacks on loopback, private, link-local and reserved addresses are refused, at subscription
+  and at each request (connected to the address that was checked, so a name that resolves
+  elsewhere the second time gains nothing), unless ``HUB_ALLOW_PRIVATE_CALLBACKS``; redirects
+  are not followed.
+"""
+
+import hashlib
+import hmac
+import http.client
+import ipaddress
+import logging
+import secrets
+import socket
+import ssl
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from urllib.parse import urlencode, urlsplit
+
+from django.db import close_old_connections, transaction
+from django.db.models import Q
+from django.urls import Resolver404, resolve
+from django.utils import timezone
+
+from .. import uris
+from ..builders import channel as channels
+from ..conf import app_settings
+from ..models import Delivery, ResourceSet, Subscription
+from . import DELIVER, VERIFY, queue
+
+logger = logging.getLogger(__name__)
+
+#: WebSub 5.1: "hub.secret ... MUST be less than 200 bytes".
+MAX_SECRET_BYTES = 199
+MIN_LEASE_SECONDS = 60
+#: Bytes of a callback's answer read (a challenge is short).
+MAX_ANSWER = 64 * 1024
+#: The longest pause between two attempts of a delivery.
+MAX_BACKOFF = 3600
+SIGNATURE = "sha256"
+
+
+class BadRequest(ValueError):
+    """A subscription request the hub refuses; the message says why."""
+
+
+class Refused(ValueError):
+    """A callback on an address the site refuses."""
+
+
+# --- requests ------------------------------------------------------------------------------
+
+
+def parse_request(data):
+    """``(mode, resource_set, capability, callback, lease_seconds, secret)`` of a subscription
+    request (a POST's form), or :class:`BadRequest`."""
+    mode = data.get("hub.mode")
+    if mode not in ("subscribe", "unsubscribe"):
+        raise BadRequest("hub.mode must be subscribe or unsubscribe" + ("" if mode != "publish" else
+                         " (this Source publishes its own notifications)"))
+    topic, callback = data.get("hub.topic", ""), data.get("hub.callback", "")
+    if not topic:
+        raise BadRequest("hub.topic is missing")
+    if not callback:
+        raise BadRequest("hub.callback is missing")
+    resource_set, capability = topic_of(topic)
+    check_callback(callback)
+    lease = data.get("hub.lease_seconds")
+    if lease in (None, ""):
+        lease = app_settings.HUB_LEASE_SECONDS
+    else:
+        try:
+            lease = int(lease)
+        except ValueError:
+            raise BadRequest("hub.lease_seconds must be a whole number of seconds") from None
+        if lease <= 0:
+            raise BadRequest("hub.lease_seconds must be positive")
+        lease = min(max(lease, MIN_LEASE_SECONDS), app_settings.HUB_MAX_LEASE_SECONDS)
+    secret = data.get("hub.secret", "")
+    if len(secret.encode()) > MAX_SECRET_BYTES:
+        raise BadRequest("hub.secret must be less than 200 bytes")
+    return mode, resource_set, capability, callback, lease, secret
+
+
+def topic_of(topic):
+    """``(resource_set, capability)`` of a topic URI of this Source, or :class:`BadRequest`."""
+    unknown = BadRequest("hub.topic is not a channel of this Source")
+    try:
+        match = resolve(urlsplit(topic).path)
+    except (Resolver404, ValueError):
+        raise unknown from None
+    capability = match.kwargs.get("capability")
+    if not capability or uris.topic_capability(match.kwargs.get("name")) != capability:
+        raise unknown
+    resource_set = ResourceSet.objects.filter(slug=match.kwargs.get("slug"), enabled=True).first()
+    if resource_set is None or not resource_set.has_capability(capability) or uris.topic_uri(resource_set, capability) != topic:
+        raise unknown
+    return resource_set, capability
+
+
+def check_callback(callback):
+    """Refuse a callback that is not an http(s) URL or whose host the site refuses."""
+    if len(callback) > 2048:
+        raise BadRequest("hub.callback is longer than 2048 characters")
+    try:
+        parts = urlsplit(callback)
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        raise BadRequest("hub.callback is not a URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadRequest("hub.callback must be an http or https URL")
+    if any(ord(char) < 33 or ord(char) == 127 for char in callback):
+        raise BadRequest("hub.callback must not contain spaces or control characters")
+    try:
+        address_of(parts)
+    except Refused as exc:
+        raise BadRequest(f"hub.callback refused: {exc}") from None
+
+
+def address_of(parts, vetted=True):
+    """The address to connect to for a URL's host; :class:`Refused` if there is none the site
+    accepts (``vetted``: loopback, private and reserved ranges are refused unless allowed)."""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        found = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise Refused(f"its host does not resolve ({exc})") from None
+    addresses = [info[4][0] for info in found]
+    if not vetted or app_settings.HUB_ALLOW_PRIVATE_CALLBACKS:
+        return addresses[0]
+    for address in addresses:
+        ip = ipaddress.ip_address(address.split("%")[0])
+        if ip.is_global and not ip.is_multicast:
+            return address
+    raise Refused("its host is on a loopback, private or reserved address (see HUB_ALLOW_PRIVATE_CALLBACKS)")
+
+
+# --- HTTP ----------------------------------------------------------------------------------
+
+
+class _Connection(http.client.HTTPConnection):
+    """Connects to the address checked, whatever the name resolves to now."""
+
+    def __init__(self, host, port, address, **kwargs):
+        super().__init__(host, port, **kwargs)
+        self._address = address
+
+    def connect(self):
+        self.sock = socket.create_connection((self._address, self.port), self.timeout)
+
+
+class _SecureConnection(http.client.HTTPSConnection):
+    def __init__(self, host, port, address, **kwargs):
+        super().__init__(host, port, context=ssl.create_default_context(), **kwargs)
+        self._address = address
+
+    def connect(self):
+        sock = socket.create_connection((self._address, self.port), self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+
+def request(method, url, *, body=None, headers=None, vetted=True):
+    """``(status, first bytes of the answer)`` of one request (no redirect followed)."""
+    parts = urlsplit(url)
+    address = address_of(parts, vetted)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    kind = _SecureConnection if parts.scheme == "https" else _Connection
+    connection = kind(parts.hostname, port, address, timeout=app_settings.HUB_TIMEOUT)
+    try:
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        connection.request(method, target, body=body, headers={"User-Agent": "django-resourcesync hub", **(headers or {})})
+        response = connection.getresponse()
+        return response.status, response.read(MAX_ANSWER)
+    finally:
+        connection.close()
+
+
+def with_query(url, params):
+    return url + ("&" if urlsplit(url).query else "?") + urlencode(params)
+
+
+# --- verification of intent ----------------------------------------------------------------
+
+
+def subscribe_later(mode, resource_set, capability, callback, lease, secret):
+    """Queue the verification of a request that passed :func:`parse_request`."""
+    queue(VERIFY, mode=mode, set_id=resource_set.pk, capability=capability, callback=callback, lease_seconds=lease,
+          secret=secret)
+
+
+def verify(mode, set_id, capability, callback, lease_seconds, secret=""):
+    """Verify the intent of a (un)subscription by a GET of the callback; if it echoes the
+    challenge, apply it. Returns whether it was verified."""
+    resource_set = ResourceSet.objects.filter(pk=set_id).first()
+    if resource_set is None:
+        return False
+    challenge = secrets.token_urlsafe(24)
+    params = {"hub.mode": mode, "hub.topic": uris.topic_uri(resource_set, capability), "hub.challenge": challenge}
+    if mode == "subscribe":
+        params["hub.lease_seconds"] = lease_seconds
+    try:
+        status, answer = request("GET", with_query(callback, params))
+    except (OSError, http.client.HTTPException, Refused) as exc:
+        logger.warning("Could not verify the %s of %s: %s", mode, callback, exc)
+        return False
+    if not 200 <= status < 300 or answer.strip() != challenge.encode():
+        logger.info("%s of %s not verified (answer %s)", mode, callback, status)
+        return False
+    if mode == "unsubscribe":
+        Subscription.objects.filter(resource_set=resource_set, capability=capability, callback=callback).delete()
+        return True
+    now = timezone.now()
+    Subscription.objects.update_or_create(
+        resource_set=resource_set, capability=capability, callback=callback,
+        defaults={"secret": secret, "lease_seconds": lease_seconds, "expires": now + timedelta(seconds=lease_seconds),
+                  "verified": now},
+    )
+    return True
+
+
+# --- delivery ------------------------------------------------------------------------------
+
+
+def signature(secret, body):
+    return f"{SIGNATURE}={hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()}"
+
+
+def _attempt(delivery):
+    """``(status, error)`` of one attempt at a delivery."""
+    notification = delivery.notification
+    resource_set = notification.resource_set
+    body = notification.payload.encode()
+    external = delivery.subscription_id is None
+    if external and app_settings.HUB_PING == "thin":
+        topic = uris.topic_uri(resource_set, notification.capability)
+        headers = {"Content-Type": "application/x-www-form-urlencoded"}
+        body = urlencode({"hub.mode": "publish", "hub.url": topic, "hub.topic": topic}).encode()
+    else:
+        headers = {"Content-Type": "application/xml", "Link": channels.link_header(resource_set, notification.capability)}
+        secret = delivery.subscription.secret if delivery.subscription_id else ""
+        if secret:
+            headers["X-Hub-Signature"] = signature(secret, body)
+    try:
+        status, _answer = request("POST", delivery.target, body=body, headers=headers, vetted=not external)
+    except Refused as exc:
+        return None, f"refused: {exc}"
+    except (OSError, http.client.HTTPException) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    return status, "" if 200 <= status < 300 else f"answered {status}"
+
+
+def claim(ids=None, limit=1000):
+    """Claim the deliveries among ``ids`` (every due one, for ``None``) that are due and not
+    being attempted; returns ``(claimed, busy)``: those claimed, and how long until the claim
+    of the others (attempted elsewhere, or by a process that died) runs out."""
+    now = timezone.now()
+    token = uuid.uuid4().hex
+    due = Delivery.objects.filter(state=Delivery.State.PENDING, next_attempt__lte=now)
+    if ids is not None:
+        due = due.filter(pk__in=ids)
+    free = Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
+    keys = list(due.filter(free).order_by("pk").values_list("pk", flat=True)[:limit])
+    lease = timedelta(seconds=app_settings.HUB_TIMEOUT * 2 + 10)
+    # One statement: of two processes claiming at once, each row goes to one.
+    Delivery.objects.filter(free, pk__in=keys, state=Delivery.State.PENDING).update(claim=token, claimed_until=now + lease)
+    claimed = list(Delivery.objects.filter(claim=token, state=Delivery.State.PENDING)
+                   .select_related("notification__resource_set", "subscription"))
+    busy = None
+    if ids is not None:
+        others = Delivery.objects.filter(pk__in=ids, state=Delivery.State.PENDING).exclude(claim=token)
+        ends = [max(end or now, next_try) for end, next_try in others.values_list("claimed_until", "next_attempt")]
+        busy = (max(ends) - now).total_seconds() if ends else None
+    return claimed, busy
+
+
+def stale_deliveries():
+    """Whether a delivery has been due for a minute with no one attempting it."""
+    now = timezone.now()
+    return Delivery.objects.filter(
+        Q(claimed_until__isnull=True) | Q(claimed_until__lt=now), state=Delivery.State.PENDING,
+        next_attempt__lte=now - timedelta(seconds=60),
+    ).exists()
+
+
+def deliver(ids=None):
+    """Attempt the deliveries ``ids`` (every due one, for ``None``), several at once; schedule
+    another attempt of those that failed. Returns ``(delivered, failed for good, to retry)``."""
+    claimed, busy = claim(ids)
+    if busy is not None:
+        # Claimed by an attempt elsewhere (or one whose process died): looked at again once
+        # that claim runs out, so that none is left behind.
+        waiting = [pk for pk in ids if pk not in {delivery.pk for delivery in claimed}]
+        queue(DELIVER, ids=waiting, countdown=max(busy, 1))
+    if not claimed:
+        return 0, 0, 0
+    threads = max(1, min(app_settings.HUB_DELIVERY_THREADS, len(claimed)))
+    if threads == 1:
+        outcomes = [_attempt(delivery) for delivery in claimed]
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            outcomes = list(pool.map(_attempt_in_thread, claimed))
+    return _settle(claimed, outcomes)
+
+
+def _attempt_in_thread(delivery):
+    try:
+        return _attempt(delivery)
+    finally:
+        close_old_connections()
+
+
+def _settle(claimed, outcomes):
+    now = timezone.now()
+    delivered = gave_up = 0
+    retry = {}
+    with transaction.atomic():
+        for delivery, (status, error) in zip(claimed, outcomes, strict=True):
+            delivery.attempts += 1
+            delivery.last_status, delivery.last_error = status, error[:2000]
+            delivery.claimed_until, delivery.claim = None, ""
+            if not error:
+                delivery.state, delivery.delivered = Delivery.State.DELIVERED, now
+                delivered += 1
+            else:
+                pause = min(2 ** delivery.attempts, MAX_BACKOFF)
+                delivery.next_attempt = now + timedelta(seconds=pause)
+                if delivery.next_attempt > delivery.give_up:
+                    delivery.state = Delivery.State.FAILED
+                    gave_up += 1
+                    logger.warning("Notification %s to %s given up: %s", delivery.notification_id, delivery.target, error)
+                else:
+                    retry.setdefault(pause, []).append(delivery.pk)
+            delivery.save(update_fields=["attempts", "last_status", "last_error", "claimed_until", "claim", "state",
+                                         "delivered", "next_attempt"])
+    for pause, ids in retry.items():
+        queue(DELIVER, ids=ids, countdown=pause)
+    return delivered, gave_up, sum(len(ids) for ids in retry.values())

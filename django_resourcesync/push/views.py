@@ -1,0 +1,28 @@
+"""The built-in hub's endpoint (W3C WebSub 5.1): ``POST /resourcesync/hub``."""
+
+from django.http import HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from ..conf import app_settings
+from .hub import BadRequest, parse_request, subscribe_later
+
+
+def _text(message, status):
+    return HttpResponse(message + "\n", status=status, content_type="text/plain; charset=utf-8")
+
+
+@csrf_exempt  # subscribers are other sites
+@require_POST
+def hub(request):
+    """Take a subscription request: 202 once it is checked (its intent is verified next), or a
+    4xx with the reason."""
+    if app_settings.HUB_URL:
+        return _text(f"This Source's hub is {app_settings.HUB_URL}", 404)
+    try:
+        parsed = parse_request(request.POST)
+    except BadRequest as exc:
+        return _text(str(exc), 400)
+    mode = parsed[0]
+    subscribe_later(*parsed)
+    return _text(f"Accepted: the {mode} request is verified at the callback next.", 202)

@@ -1,0 +1,295 @@
+"""Push: framework and change notifications over WebSub, through the built-in hub, with real
+HTTP on loopback (a subscriber written from the WebSub recommendation: tests/websub.py)."""
+
+import hashlib
+import hmac
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from django_resourcesync import push
+from django_resourcesync.models import Channel, Delivery, Notification, Subscription
+from django_resourcesync.rebuild import rebuild_set
+from example_project.repository.models import Item
+
+from .conftest import demo_set
+from .helpers import fetch
+from .websub import Subscriber
+from .xmlcheck import RS, SM, check_document, entries, link, md
+
+CHANNELS = ["framework-notification", "change-notification"]
+
+
+@pytest.fixture
+def subscriber():
+    found = Subscriber()
+    yield found
+    found.close()
+
+
+@pytest.fixture
+def hub_source(live_server, settings, seed, transactional_db):
+    """A running Source whose hub takes callbacks on loopback (as the example project's does)."""
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "BASE_URL": live_server.url, "HUB_ALLOW_PRIVATE_CALLBACKS": True}
+    yield live_server.url
+    assert push.runner.idle(timeout=30)
+    push.runner.cancel()  # retries scheduled for later must not reach the next test's database
+
+
+def offer(resource_set, *extra):
+    resource_set.capabilities = ["resourcelist", "changelist", *extra]
+    resource_set.save()
+    return resource_set
+
+
+def topic(base, resource_set, channel):
+    return f"{base}/resourcesync/{resource_set.slug}/{channel}"
+
+
+def get(uri):
+    with urllib.request.urlopen(uri, timeout=30) as response:
+        return response.status, response.read(), response.headers
+
+
+def settle():
+    """Let the hub's thread finish what is due now (tasks run in process here)."""
+    assert push.runner.idle(timeout=30)
+
+
+def test_the_capability_list_advertises_each_channel_with_its_hub_and_the_topic_answers_with_link_headers(
+    seed, db, settings
+):
+    seed(2)
+    resource_set = offer(demo_set("bitstreams"), *CHANNELS)
+    rebuild_set(resource_set)
+    status, body, _ = fetch("/resourcesync/bitstreams/capabilitylist.xml")
+    doc = check_document(body, "capabilitylist")
+    channels = {md(item)["capability"]: item for item in entries(doc) if md(item)["capability"].endswith("notification")}
+    assert set(channels) == set(CHANNELS)
+    for name, item in channels.items():
+        assert item.find(f"{{{SM}}}loc").text == f"http://testserver/resourcesync/bitstreams/{name}"
+        assert link(item, "hub") == "http://testserver/resourcesync/hub"
+        status, body, response = fetch(f"/resourcesync/bitstreams/{name}")
+        assert status == 200
+        check_document(body, name)
+        assert '<http://testserver/resourcesync/hub>; rel="hub"' in response["Link"]
+        assert f'<http://testserver/resourcesync/bitstreams/{name}>; rel="self"' in response["Link"]
+        assert '<http://testserver/resourcesync/bitstreams/capabilitylist.xml>; rel="resourcesync"' in response["Link"]
+    # An external hub is the one advertised.
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "HUB_URL": "https://hub.example.net/"}
+    status, body, _ = fetch("/resourcesync/bitstreams/capabilitylist.xml")
+    assert b'<rs:ln rel="hub" href="https://hub.example.net/"/>' in body
+    # A set that does not offer a channel has no topic.
+    offer(resource_set)
+    assert fetch("/resourcesync/bitstreams/change-notification")[0] == 404
+
+
+def test_a_subscriber_is_verified_gets_signed_change_notifications_within_seconds_and_nothing_after_unsubscribing(
+    hub_source, seed, subscriber
+):
+    seed(3)
+    resource_set = offer(demo_set("metadata"), *CHANNELS)
+    rebuild_set(resource_set)
+    settle()
+    changes = topic(hub_source, resource_set, "change-notification")
+    hub = f"{hub_source}/resourcesync/hub"
+    status, reason = subscriber.request(hub, "subscribe", changes, secret="a shared secret", lease_seconds=3600)
+    assert status == 202, reason
+    assert subscriber.wait(lambda: subscriber.verified)
+    assert subscriber.verified == [("subscribe", changes, "3600")]
+    settle()
+    [subscription] = Subscription.objects.all()
+    assert (subscription.callback, subscription.capability, subscription.lease_seconds) == (
+        subscriber.callback, "change-notification", 3600
+    )
+
+    item = Item.objects.filter(is_public=True).order_by("pk").first()
+    saved = time.monotonic()
+    item.title = "A title that changes the record"
+    item.save()
+    assert subscriber.wait(lambda: subscriber.received, timeout=10)
+    [received] = subscriber.received
+    assert received.at - saved < 5
+    assert received.signed is True
+    assert received.headers["Content-Type"] == "application/xml"
+    assert f'<{changes}>; rel="self"' in received.headers["Link"]
+    doc = check_document(received.body, "change-notification")
+    assert link(doc, "up") == f"{hub_source}/resourcesync/metadata/capabilitylist.xml"
+    [entry] = entries(doc)
+    meta = md(entry)
+    assert meta["change"] == "updated" and "sha-256:" in meta["hash"]
+    assert entry.find(f"{{{SM}}}loc").text == resource_set.resources.get(object_pk=str(item.pk)).uri
+    # The topic answers with the latest notification, as a hub fetching it after a ping sees it.
+    assert get(changes)[1] == received.body
+
+    # A tampered body does not match the signature (the check can fail).
+    assert not hmac.compare_digest(
+        hmac.new(b"a shared secret", received.body + b" ", hashlib.sha256).hexdigest(),
+        received.headers["X-Hub-Signature"].split("=")[1],
+    )
+
+    status, reason = subscriber.request(hub, "unsubscribe", changes)
+    assert status == 202, reason
+    assert subscriber.wait(lambda: len(subscriber.verified) == 2)
+    settle()
+    assert not Subscription.objects.exists()
+    item.title = "Changed again, unheard"
+    item.save()
+    settle()
+    assert Notification.objects.filter(capability="change-notification").count() == 2
+    time.sleep(0.5)
+    assert len(subscriber.received) == 1
+
+
+def test_a_framework_notification_follows_a_rebuild_and_a_change_of_the_sets(hub_source, seed, subscriber):
+    seed(2)
+    resource_set = offer(demo_set("bitstreams"), "framework-notification")
+    rebuild_set(resource_set)
+    settle()
+    framework = topic(hub_source, resource_set, "framework-notification")
+    assert subscriber.request(f"{hub_source}/resourcesync/hub", "subscribe", framework)[0] == 202
+    assert subscriber.wait(lambda: subscriber.verified)
+    settle()
+
+    rebuild_set(resource_set, only=["resourcelist"])
+    assert subscriber.wait(lambda: subscriber.received)
+    doc = check_document(subscriber.received[0].body, "framework-notification")
+    assert [(md(e)["capability"], md(e)["change"]) for e in entries(doc)] == [("resourcelist", "created")]
+    assert entries(doc)[0].find(f"{{{SM}}}loc").text == f"{hub_source}/resourcesync/bitstreams/resourcelist.xml"
+    assert subscriber.received[0].signed is None  # subscribed without a secret: not signed
+    assert "X-Hub-Signature" not in subscriber.received[0].headers
+
+    # Another set appears in the Source Description: told on this set's channel too.
+    other = offer(demo_set("metadata"))
+    rebuild_set(other)
+    assert subscriber.wait(lambda: any(b"description" in r.body for r in subscriber.received))
+    told = [check_document(r.body, "framework-notification") for r in subscriber.received[1:]]
+    said = [(md(e)["capability"], md(e)["change"], e.find(f"{{{SM}}}loc").text) for doc in told for e in entries(doc)]
+    assert ("description", "updated", f"{hub_source}/.well-known/resourcesync") in said
+
+    # The set is disabled: its channel tells once that its Capability List is gone.
+    resource_set.enabled = False
+    resource_set.save()
+    assert subscriber.wait(lambda: any(b'change="deleted"' in r.body for r in subscriber.received))
+    last = check_document(subscriber.received[-1].body, "framework-notification")
+    said = {(md(e)["capability"], md(e)["change"]) for e in entries(last)}
+    assert ("capabilitylist", "deleted") in said and ("resourcelist", "deleted") in said
+    assert link(last, "up") is None  # nothing to go up to
+    assert not Channel.objects.filter(resource_set=resource_set, capability="framework-notification").exists()
+
+
+def test_a_failing_callback_is_retried_until_it_answers(hub_source, seed, subscriber):
+    seed(2)
+    resource_set = offer(demo_set("metadata"), "change-notification")
+    rebuild_set(resource_set)
+    settle()
+    changes = topic(hub_source, resource_set, "change-notification")
+    assert subscriber.request(f"{hub_source}/resourcesync/hub", "subscribe", changes)[0] == 202
+    assert subscriber.wait(lambda: subscriber.verified)
+    settle()
+    subscriber.fail_next = 2
+    item = Item.objects.order_by("pk").first()
+    item.title = "Retried"
+    item.save()
+    assert subscriber.wait(lambda: subscriber.received, timeout=20)  # after pauses of 2 s and 4 s
+    settle()
+    [delivery] = Delivery.objects.all()
+    assert (delivery.state, delivery.attempts, delivery.last_status) == ("delivered", 3, 202)
+    check_document(subscriber.received[0].body, "change-notification")
+
+
+def test_a_delivery_that_keeps_failing_is_dropped_when_the_lease_ends(hub_source, seed, subscriber):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_resourcesync.push import hub
+
+    seed(1)
+    resource_set = offer(demo_set("metadata"), "change-notification")
+    rebuild_set(resource_set)
+    settle()
+    subscription = Subscription.objects.create(
+        resource_set=resource_set, capability="change-notification", callback=subscriber.callback, lease_seconds=60,
+        expires=timezone.now() + timedelta(seconds=60),
+    )
+    notification = Notification.objects.create(resource_set=resource_set, capability="change-notification", payload="<x/>")
+    delivery = Delivery.objects.create(notification=notification, subscription=subscription, target=subscription.callback,
+                                       give_up=timezone.now() + timedelta(seconds=3))
+    subscriber.fail_next = 100
+    assert hub.deliver([delivery.pk]) == (0, 0, 1)  # retried in 2 s: before the lease ends
+    Delivery.objects.filter(pk=delivery.pk).update(next_attempt=timezone.now())
+    assert hub.deliver([delivery.pk]) == (0, 1, 0)  # the next pause (4 s) would pass it: dropped
+    delivery.refresh_from_db()
+    assert (delivery.state, delivery.attempts, delivery.last_status, delivery.last_error) == ("failed", 2, 500, "answered 500")
+
+
+BAD_REQUESTS = [
+    ({}, "hub.mode"),
+    ({"hub.mode": "publish"}, "publishes its own"),
+    ({"hub.mode": "subscribe", "hub.callback": "CALLBACK"}, "hub.topic is missing"),
+    ({"hub.mode": "subscribe", "hub.topic": "TOPIC"}, "hub.callback is missing"),
+    ({"hub.mode": "subscribe", "hub.topic": "http://elsewhere.example/x", "hub.callback": "CALLBACK"}, "not a channel"),
+    ({"hub.mode": "subscribe", "hub.topic": "BASE/resourcesync/metadata/changelist.xml", "hub.callback": "CALLBACK"},
+     "not a channel"),
+    ({"hub.mode": "subscribe", "hub.topic": "BASE/resourcesync/nosuchset/change-notification", "hub.callback": "CALLBACK"},
+     "not a channel"),
+    ({"hub.mode": "subscribe", "hub.topic": "TOPIC", "hub.callback": "ftp://127.0.0.1/x"}, "http or https"),
+    ({"hub.mode": "subscribe", "hub.topic": "TOPIC", "hub.callback": "http://[::1"}, "not a URL"),
+    ({"hub.mode": "subscribe", "hub.topic": "TOPIC", "hub.callback": "http://x.invalid/cb"}, "does not resolve"),
+    ({"hub.mode": "subscribe", "hub.topic": "TOPIC", "hub.callback": "CALLBACK", "hub.lease_seconds": "soon"}, "whole number"),
+    ({"hub.mode": "subscribe", "hub.topic": "TOPIC", "hub.callback": "CALLBACK", "hub.lease_seconds": "-5"}, "positive"),
+    ({"hub.mode": "subscribe", "hub.topic": "TOPIC", "hub.callback": "CALLBACK", "hub.secret": "s" * 200}, "200 bytes"),
+    ({"hub.mode": "subscribe", "hub.topic": "TOPIC", "hub.callback": "http://127.0.0.1:1/x\x00"}, "control characters"),
+]
+
+
+@pytest.mark.parametrize("form, reason", BAD_REQUESTS)
+def test_a_malformed_subscription_request_gets_a_400_with_its_reason(client, db, settings, form, reason):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "HUB_ALLOW_PRIVATE_CALLBACKS": True}
+    offer(demo_set("metadata"), "change-notification")
+    values = {"TOPIC": "http://testserver/resourcesync/metadata/change-notification", "CALLBACK": "http://127.0.0.1:9/cb",
+              "BASE": "http://testserver"}
+    for key, value in list(form.items()):
+        for name, replacement in values.items():
+            value = value.replace(name, replacement)
+        form[key] = value
+    response = client.post("/resourcesync/hub", form)
+    assert response.status_code == 400
+    assert reason in response.content.decode()
+    assert not Subscription.objects.exists()
+
+
+@pytest.mark.parametrize("callback", [
+    "http://127.0.0.1:8000/cb", "http://localhost/cb", "http://10.1.2.3/cb", "http://192.168.0.10/cb",
+    "http://169.254.169.254/latest/meta-data", "http://[::1]/cb", "http://0.0.0.0/cb",
+])
+def test_callbacks_on_loopback_and_private_addresses_are_refused_by_default(client, db, callback):
+    offer(demo_set("metadata"), "change-notification")
+    response = client.post("/resourcesync/hub", {
+        "hub.mode": "subscribe", "hub.topic": "http://testserver/resourcesync/metadata/change-notification",
+        "hub.callback": callback,
+    })
+    assert response.status_code == 400
+    assert "loopback, private or reserved" in response.content.decode()
+
+
+def test_the_hub_takes_posts_only_and_is_off_with_an_external_hub(client, db, settings):
+    assert client.get("/resourcesync/hub").status_code == 405
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "HUB_URL": "https://hub.example.net/"}
+    response = client.post("/resourcesync/hub", {"hub.mode": "subscribe"})
+    assert response.status_code == 404 and b"https://hub.example.net/" in response.content
+
+
+def test_a_subscription_whose_callback_does_not_confirm_is_not_made(hub_source, seed, subscriber):
+    resource_set = offer(demo_set("metadata"), "change-notification")
+    changes = topic(hub_source, resource_set, "change-notification")
+    # Asked by someone else on the subscriber's behalf: the subscriber knows of no such intent.
+    form = {"hub.mode": "subscribe", "hub.topic": changes, "hub.callback": subscriber.callback}
+    request = urllib.request.Request(f"{hub_source}/resourcesync/hub", data=urllib.parse.urlencode(form).encode())
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 202
+    settle()
+    assert not Subscription.objects.exists()

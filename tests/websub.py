@@ -1,0 +1,120 @@
+"""A WebSub subscriber, written from the W3C recommendation (sections 5 and 7), for the tests:
+an HTTP server on loopback that asks a hub to (un)subscribe, confirms only the intents it
+announced, and keeps every notification it receives with whether its signature holds."""
+
+import hashlib
+import hmac
+import http.server
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+ALGORITHMS = {"sha1": hashlib.sha1, "sha256": hashlib.sha256, "sha384": hashlib.sha384, "sha512": hashlib.sha512}
+
+
+class Received:
+    def __init__(self, body, headers, signed):
+        self.body, self.headers, self.signed, self.at = body, headers, signed, time.monotonic()
+
+
+class Subscriber:
+    def __init__(self, host="127.0.0.1"):
+        self.intents = {}  # (mode, topic) -> secret, awaiting the hub's verification
+        self.secrets = {}  # topic -> secret of the verified subscription
+        self.verified = []  # (mode, topic, lease_seconds)
+        self.denied = []
+        self.received = []
+        self.fail_next = 0  # answer that many notifications with a 500
+        self.delay = 0.0  # seconds to wait before answering a notification
+        self.changed = threading.Condition()
+        subscriber = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
+                mode, topic = query.get("hub.mode"), query.get("hub.topic")
+                with subscriber.changed:
+                    if mode == "denied":
+                        subscriber.denied.append((topic, query.get("hub.reason")))
+                        self._answer(200, b"")
+                    elif (mode, topic) in subscriber.intents and "hub.challenge" in query:
+                        secret = subscriber.intents.pop((mode, topic))
+                        if mode == "subscribe":
+                            subscriber.secrets[topic] = secret
+                        else:
+                            subscriber.secrets.pop(topic, None)
+                        subscriber.verified.append((mode, topic, query.get("hub.lease_seconds")))
+                        self._answer(200, query["hub.challenge"].encode())
+                    else:
+                        self._answer(404, b"no such intent")  # 5.3.1: not confirmed
+                    subscriber.changed.notify_all()
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if subscriber.delay:
+                    time.sleep(subscriber.delay)
+                with subscriber.changed:
+                    if subscriber.fail_next:
+                        subscriber.fail_next -= 1
+                        self._answer(500, b"not now")
+                        return
+                    subscriber.received.append(Received(body, dict(self.headers), subscriber.signature_holds(body, self.headers)))
+                    subscriber.changed.notify_all()
+                self._answer(202, b"")  # 7: any 2xx acknowledges
+
+            def _answer(self, status, body):
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer((host, 0), Handler)
+        self.callback = f"http://{host}:{self.server.server_address[1]}/callback"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def signature_holds(self, body, headers):
+        """7.1: with a secret, a notification counts only if X-Hub-Signature matches."""
+        topics = [t for t in self.secrets if self.secrets[t] and f'<{t}>; rel="self"' in headers.get("Link", "")]
+        if not topics:
+            return None
+        method, _, value = headers.get("X-Hub-Signature", "").partition("=")
+        if method not in ALGORITHMS:
+            return False
+        expected = hmac.new(self.secrets[topics[0]].encode(), body, ALGORITHMS[method]).hexdigest()
+        return hmac.compare_digest(expected, value)
+
+    def request(self, hub, mode, topic, secret="", lease_seconds=None):
+        """POST a (un)subscription request; returns (status, reason)."""
+        with self.changed:
+            self.intents[(mode, topic)] = secret
+        form = {"hub.mode": mode, "hub.topic": topic, "hub.callback": self.callback}
+        if secret:
+            form["hub.secret"] = secret
+        if lease_seconds:
+            form["hub.lease_seconds"] = str(lease_seconds)
+        data = urllib.parse.urlencode(form).encode()
+        try:
+            with urllib.request.urlopen(urllib.request.Request(hub, data=data), timeout=30) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def wait(self, predicate, timeout=15.0):
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not predicate():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self.changed.wait(remaining)
+            return True
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
