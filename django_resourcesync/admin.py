@@ -11,7 +11,20 @@ from django.utils.translation import gettext_lazy as _
 
 from . import capabilities, uris
 from .capabilities import CAPABILITY_CHOICES
-from .models import Build, BuildPart, ChangeEvent, ChangeList, Document, LeftOut, Resource, ResourceSet, default_capabilities
+from .models import (
+    Build,
+    BuildPart,
+    ChangeEvent,
+    ChangeList,
+    Delivery,
+    Document,
+    LeftOut,
+    Notification,
+    Resource,
+    ResourceSet,
+    Subscription,
+    default_capabilities,
+)
 from .sources import registry
 from .tasks import rebuild_set_task, reconcile_set_task
 
@@ -249,3 +262,77 @@ class LeftOutAdmin(ReadOnlyAdmin):
     list_display = ["object_pk", "resource_set", "reason", "first_seen", "last_seen"]
     list_filter = ["resource_set"]
     search_fields = ["object_pk", "reason"]
+
+
+@admin.register(Subscription)
+class SubscriptionAdmin(ReadOnlyAdmin):
+    """Who is subscribed at the built-in hub. A manager may end a subscription (delete it); its
+    secret is never shown."""
+
+    list_display = ["callback", "resource_set", "capability", "expires", "verified", "failed_deliveries"]
+    list_filter = ["resource_set", "capability"]
+    search_fields = ["callback"]
+    fields = ["callback", "resource_set", "capability", "lease_seconds", "expires", "created", "verified", "signed"]
+    readonly_fields = fields
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.has_perm("resourcesync.delete_subscription")
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(
+            failures=Count("deliveries", filter=Q(deliveries__state=Delivery.State.FAILED))
+        )
+
+    @admin.display(description=_("failed deliveries"), ordering="failures")
+    def failed_deliveries(self, obj):
+        if not obj.failures:
+            return 0
+        url = reverse("admin:resourcesync_delivery_changelist")
+        return format_html('<a href="{}?subscription__id__exact={}&state__exact=failed">{}</a>', url, obj.pk, obj.failures)
+
+    @admin.display(description=_("signed"), boolean=True)
+    def signed(self, obj):
+        return bool(obj.secret)
+
+
+class DeliveryInline(ReadOnlyInline):
+    model = Delivery
+    fields = ["target", "state", "attempts", "last_status", "last_error", "next_attempt", "delivered"]
+    readonly_fields = fields
+
+
+@admin.register(Notification)
+class NotificationAdmin(ReadOnlyAdmin):
+    """What each channel sent, and where it went."""
+
+    list_display = ["pk", "created", "resource_set", "capability", "entries", "delivered", "failed"]
+    list_filter = ["resource_set", "capability"]
+    fields = ["resource_set", "capability", "created", "entries", "payload"]
+    readonly_fields = fields
+    inlines = [DeliveryInline]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(
+            sent=Count("deliveries", filter=Q(deliveries__state=Delivery.State.DELIVERED)),
+            failures=Count("deliveries", filter=Q(deliveries__state=Delivery.State.FAILED)),
+        )
+
+    @admin.display(description=_("delivered"), ordering="sent")
+    def delivered(self, obj):
+        return obj.sent
+
+    @admin.display(description=_("failed"), ordering="failures")
+    def failed(self, obj):
+        return obj.failures
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(ReadOnlyAdmin):
+    """Deliveries of notifications: those that failed for good (the callback kept refusing until
+    its lease ended) and those still being retried."""
+
+    list_display = ["notification", "target", "state", "attempts", "last_status", "last_error", "next_attempt", "delivered"]
+    list_filter = ["state", "notification__resource_set", "notification__capability"]
+    search_fields = ["target"]
+    list_select_related = ["notification__resource_set"]
+    show_full_result_count = False

@@ -161,6 +161,7 @@ def check_settings(app_configs=None, **kwargs):
                 id="resourcesync.E021",
             )
         )
+    errors += _hub_errors()
     try:
         reverse("resourcesync:source-description")
     except NoReverseMatch:
@@ -374,4 +375,39 @@ def _fingerprint_field_errors(registry):
                     id="resourcesync.W005",
                 )
             )
+    return errors
+
+
+def _hub_errors():
+    """E022-E024: the push settings (see docs/notifications.rst)."""
+    errors = []
+    hub_url = app_settings.HUB_URL
+    if hub_url is not None:
+        parts = urlsplit(hub_url) if isinstance(hub_url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+            errors.append(Error(
+                f"RESOURCESYNC['HUB_URL'] = {hub_url!r} is not an http(s) URL.",
+                hint="Give the URL of an external WebSub hub, e.g. \"https://hub.example.org/\", or None for the built-in hub.",
+                id="resourcesync.E022",
+            ))
+    if app_settings.HUB_PING not in ("fat", "thin"):
+        errors.append(Error(
+            f"RESOURCESYNC['HUB_PING'] = {app_settings.HUB_PING!r} is not \"fat\" or \"thin\".",
+            hint='"fat" POSTs each notification to the hub (the ResourceSync way); "thin" asks a generic WebSub hub '
+                 "to fetch the topic.",
+            id="resourcesync.E023",
+        ))
+    for key, least in (("HUB_LEASE_SECONDS", 60), ("HUB_MAX_LEASE_SECONDS", 60), ("HUB_TIMEOUT", 1),
+                       ("HUB_GIVE_UP_SECONDS", 1), ("HUB_DELIVERY_THREADS", 1), ("NOTIFICATION_RETENTION", 0)):
+        value = getattr(app_settings, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            errors.append(Error(
+                f"RESOURCESYNC['{key}'] = {value!r} is not a whole number of at least {least}.",
+                hint=f"Default: {DEFAULTS[key]}.", id="resourcesync.E024",
+            ))
+    if not isinstance(app_settings.HUB_ALLOW_PRIVATE_CALLBACKS, bool):
+        errors.append(Error(
+            f"RESOURCESYNC['HUB_ALLOW_PRIVATE_CALLBACKS'] = {app_settings.HUB_ALLOW_PRIVATE_CALLBACKS!r} is not True or False.",
+            hint="Default: False (callbacks on loopback and private addresses are refused).", id="resourcesync.E024",
+        ))
     return errors

@@ -541,6 +541,7 @@ class Delivery(models.Model):
     notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="deliveries")
     subscription = models.ForeignKey(Subscription, null=True, blank=True, on_delete=models.SET_NULL, related_name="deliveries")
     target = models.CharField(_("to"), max_length=2048, help_text=_("The callback, or the external hub."))
+    to_hub = models.BooleanField(_("to the external hub"), default=False)
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     next_attempt = models.DateTimeField(default=timezone.now)

@@ -8,7 +8,8 @@ every file that no record refers to, that no running build may still record, and
 than ``SWEEP_GRACE_SECONDS`` (a file being written now, whose record is about to be written, is
 younger than that). It also fails the builds left running by a process that is gone, forgets
 withdrawals no build needs any more, and collects the kept bytes of changes no event refers to
-any more (:func:`django_resourcesync.versions.collect`).
+any more (:func:`django_resourcesync.versions.collect`), and forgets old notifications and
+subscriptions whose lease is over (:func:`django_resourcesync.push.announce.prune`).
 
 ``resourcesync_rebuild`` sweeps after it has built; the ``resourcesync.sweep_storage`` task does
 it on a schedule (see docs/schedules.rst).
@@ -28,6 +29,7 @@ from .builders.withdrawal import DUMPS
 from .conf import app_settings
 from .exceptions import BuildAbandoned
 from .models import Build, BuildLock, ChangeDumpPackage, ChangeList, Document, Version, Withdrawal
+from .push import announce
 
 logger = logging.getLogger(__name__)
 
@@ -39,11 +41,12 @@ class SweepCounts:
     failed_builds: int = 0
     withdrawals: int = 0
     versions: int = 0
+    notifications: int = 0
 
     def __str__(self):
         return (
             f"{self.deleted} of {self.files} stored file(s) deleted, {self.failed_builds} abandoned build(s) failed, "
-            f"{self.versions} unused version(s) collected"
+            f"{self.versions} unused version(s) collected, {self.notifications} old notification(s) forgotten"
         )
 
 
@@ -111,6 +114,7 @@ def sweep(*, grace=None, now=None):
         storage.delete_quietly([name])
         counts.deleted += 1
     counts.withdrawals = prune_withdrawals(cutoff)
+    counts.notifications = announce.prune(now)
     return counts
 
 

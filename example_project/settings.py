@@ -151,6 +151,9 @@ RESOURCESYNC = {
     "STORAGE_PREFIX": "documents",
     # A page of this site about the Source (rs:ln rel="describedby" of the Source Description).
     "SOURCE_DESCRIBEDBY": "/about/resourcesync/",
+    # The built-in hub takes callbacks on this machine too, so that push can be tried with a
+    # subscriber on localhost. A site on the Internet leaves this off (the default).
+    "HUB_ALLOW_PRIVATE_CALLBACKS": os.environ.get("RESOURCESYNC_HUB_ALLOW_PRIVATE_CALLBACKS", "1") == "1",
 }
 
 # Celery: with no broker configured, tasks run in the calling process (the embedded default).
@@ -168,6 +171,7 @@ CELERY_BEAT_SCHEDULE = {
     "resourcesync-close-changelists": {"task": "resourcesync.close_changelists", "schedule": crontab(minute=5)},
     "resourcesync-package-changes": {"task": "resourcesync.package_changes", "schedule": crontab(hour=0, minute=10)},
     "resourcesync-sweep-storage": {"task": "resourcesync.sweep_storage", "schedule": crontab(minute=35)},
+    "resourcesync-deliver-due": {"task": "resourcesync.deliver_due", "schedule": 60.0},
 }
 
 # With django-celery-beat (the ``beat`` extra), schedules live in the database, edited in the admin.

@@ -17,7 +17,7 @@ from example_project.repository.models import Item
 from .conftest import demo_set
 from .helpers import fetch
 from .websub import Subscriber
-from .xmlcheck import RS, SM, check_document, entries, link, md
+from .xmlcheck import SM, check_document, entries, link, md
 
 CHANNELS = ["framework-notification", "change-notification"]
 

@@ -25,7 +25,7 @@ from django.utils import timezone
 from .. import capabilities, uris
 from ..builders import capabilitylist
 from ..conf import app_settings
-from ..models import Channel, ChangeEvent, Delivery, Notification, ResourceSet, Subscription
+from ..models import ChangeEvent, Channel, Delivery, Notification, ResourceSet, Subscription
 from ..xml.writer import DocumentWriter, w3c_datetime
 from . import payloads
 
@@ -167,7 +167,7 @@ def _record(resource_set, capability, entries, *, up=True):
     now = timezone.now()
     if app_settings.HUB_URL:
         give_up = now + timedelta(seconds=app_settings.HUB_GIVE_UP_SECONDS)
-        deliveries = [Delivery(notification=notification, target=app_settings.HUB_URL, give_up=give_up)]
+        deliveries = [Delivery(notification=notification, target=app_settings.HUB_URL, to_hub=True, give_up=give_up)]
     else:
         subscribers = Subscription.objects.filter(resource_set=resource_set, capability=capability)
         subscribers.filter(expires__lte=now).delete()  # their lease is over
@@ -178,3 +178,17 @@ def _record(resource_set, capability, entries, *, up=True):
         ]
     Delivery.objects.bulk_create(deliveries)
     return notification
+
+
+def prune(now=None):
+    """Forget subscriptions whose lease is over, and notifications older than
+    ``NOTIFICATION_RETENTION`` (with their deliveries), except each channel's latest (its
+    topic serves it) and those still being delivered. Returns how many notifications went."""
+    now = now or timezone.now()
+    Subscription.objects.filter(expires__lte=now).delete()
+    latest = (
+        Notification.objects.values("resource_set", "capability").annotate(latest=Max("id")).values_list("latest", flat=True)
+    )
+    old = Notification.objects.filter(created__lt=now - timedelta(seconds=app_settings.NOTIFICATION_RETENTION))
+    old = old.exclude(pk__in=list(latest)).exclude(deliveries__state=Delivery.State.PENDING)
+    return old.delete()[1].get(Notification._meta.label, 0)

@@ -241,7 +241,9 @@ def _attempt(delivery):
     notification = delivery.notification
     resource_set = notification.resource_set
     body = notification.payload.encode()
-    external = delivery.subscription_id is None
+    external = delivery.to_hub
+    if not external and delivery.subscription_id is None:
+        return None, "unsubscribed"  # ended (in the admin) while it waited: not sent
     if external and app_settings.HUB_PING == "thin":
         topic = uris.topic_uri(resource_set, notification.capability)
         headers = {"Content-Type": "application/x-www-form-urlencoded"}
@@ -335,7 +337,7 @@ def _settle(claimed, outcomes):
             else:
                 pause = min(2 ** delivery.attempts, MAX_BACKOFF)
                 delivery.next_attempt = now + timedelta(seconds=pause)
-                if delivery.next_attempt > delivery.give_up:
+                if delivery.next_attempt > delivery.give_up or error == "unsubscribed":
                     delivery.state = Delivery.State.FAILED
                     gave_up += 1
                     logger.warning("Notification %s to %s given up: %s", delivery.notification_id, delivery.target, error)
