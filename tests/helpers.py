@@ -1,3 +1,5 @@
+import socket
+
 from django.test import Client
 
 from django_resourcesync.rebuild import rebuild_set
@@ -35,3 +37,10 @@ def resource_list_entries(resource_set):
         assert status == 200
         found += entries(check_document(part, "resourcelist"))
     return found
+
+
+def free_port():
+    """A TCP port on loopback that no one listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -2,7 +2,6 @@
 
 import hashlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,13 +14,9 @@ from resync.client import Client
 from resync.resource_list_builder import ResourceListBuilder
 from resync.source_description import SourceDescription
 
+from .helpers import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 _DEMO_ENV = {}

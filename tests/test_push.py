@@ -3,9 +3,13 @@ HTTP on loopback (a subscriber written from the WebSub recommendation: tests/web
 
 import hashlib
 import hmac
+import json
+import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +19,7 @@ from django_resourcesync.rebuild import rebuild_set
 from example_project.repository.models import Item
 
 from .conftest import demo_set
-from .helpers import fetch
+from .helpers import fetch, free_port
 from .websub import Subscriber
 from .xmlcheck import SM, check_document, entries, link, md
 
@@ -293,3 +297,91 @@ def test_a_subscription_whose_callback_does_not_confirm_is_not_made(hub_source, 
         assert response.status == 202
     settle()
     assert not Subscription.objects.exists()
+
+
+@pytest.fixture
+def thirdparty_hub(tmp_path):
+    """flask-websub's hub and subscriber, from PyPI, running in a process of their own."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.thirdparty_hub", str(port), str(tmp_path)],
+        cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL, stderr=open(tmp_path / "hub.log", "wb"),
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            get(f"{base}/control/received")
+            break
+        except OSError:
+            assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "hub.log").read_text()
+            time.sleep(0.1)
+    yield base
+    process.terminate()
+    process.wait(10)
+
+
+def arrived(base):
+    return json.loads(get(f"{base}/control/received")[1])
+
+
+def wait_for(predicate, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_a_third_party_hub_from_pypi_relays_change_notifications_after_a_thin_ping(hub_source, seed, settings, thirdparty_hub):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "HUB_URL": f"{thirdparty_hub}/hub", "HUB_PING": "thin"}
+    seed(2)
+    resource_set = offer(demo_set("metadata"), *CHANNELS)
+    rebuild_set(resource_set)
+    settle()
+    changes = topic(hub_source, resource_set, "change-notification")
+    # The capability list names the external hub; the topic's Link headers too (discovery).
+    advertised = get(f"{hub_source}/resourcesync/metadata/capabilitylist.xml")[1]
+    assert f'<rs:ln rel="hub" href="{thirdparty_hub}/hub"/>'.encode() in advertised
+    assert f'<{thirdparty_hub}/hub>; rel="hub"' in get(changes)[2]["Link"]
+    form = urllib.parse.urlencode({"topic": changes, "hub": f"{thirdparty_hub}/hub"}).encode()
+    with urllib.request.urlopen(urllib.request.Request(f"{thirdparty_hub}/control/subscribe", data=form), timeout=60):
+        pass
+    assert wait_for(lambda: arrived(thirdparty_hub)["confirmed"])
+
+    item = Item.objects.filter(is_public=True).order_by("pk").first()
+    item.title = "Relayed by a hub of someone else's"
+    item.save()
+    assert wait_for(lambda: arrived(thirdparty_hub)["received"]), arrived(thirdparty_hub)
+    [received] = arrived(thirdparty_hub)["received"]
+    assert received["topic"] == changes
+    doc = check_document(received["body"].encode(), "change-notification")
+    [entry] = entries(doc)
+    assert md(entry)["change"] == "updated"
+    settle()
+    [delivery] = Delivery.objects.filter(notification__capability="change-notification")
+    assert (delivery.state, delivery.to_hub, delivery.target) == ("delivered", True, f"{thirdparty_hub}/hub")
+
+
+def test_a_fat_ping_posts_the_payload_to_the_external_hub_with_self_hub_and_resourcesync_links(
+    hub_source, seed, settings, subscriber
+):
+    hub = subscriber.callback  # a recorder standing for the external hub
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "HUB_URL": hub, "HUB_PING": "fat"}
+    seed(2)
+    resource_set = offer(demo_set("metadata"), "change-notification")
+    rebuild_set(resource_set)
+    settle()
+    item = Item.objects.filter(is_public=True).order_by("pk").first()
+    item.title = "Pinged fat"
+    item.save()
+    assert subscriber.wait(lambda: subscriber.received)
+    [received] = subscriber.received
+    changes = topic(hub_source, resource_set, "change-notification")
+    assert received.headers["Content-Type"] == "application/xml"
+    link_header = received.headers["Link"]
+    capability_list = f"{hub_source}/resourcesync/metadata/capabilitylist.xml"
+    for target, rel in ((changes, "self"), (hub, "hub"), (capability_list, "resourcesync")):
+        assert f'<{target}>; rel="{rel}"' in link_header
+    check_document(received.body, "change-notification")

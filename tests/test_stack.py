@@ -29,6 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from .helpers import free_port
 from .xmlcheck import SM, check_document, entries, links, md
 
 pytestmark = pytest.mark.slow
@@ -42,12 +43,6 @@ ITEMS = 200
 DEADLINE = 60  # seconds from `resourcesync_rebuild --async` to every document served
 CHANGE_DEADLINE = 15  # seconds from the shell's save to the open Change List
 STORED = {"resourcelist", "resourcedump", "resourcedump-manifest", "package"}  # kinds kept in storage
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def with_path(url, path):

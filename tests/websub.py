@@ -28,6 +28,9 @@ class Subscriber:
         self.received = []
         self.fail_next = 0  # answer that many notifications with a 500
         self.delay = 0.0  # seconds to wait before answering a notification
+        self.hang_next = 0  # take that many notifications and never answer (until released)
+        self.hanging = threading.Event()  # set while one hangs
+        self.release = threading.Event()
         self.changed = threading.Condition()
         subscriber = self
 
@@ -58,6 +61,13 @@ class Subscriber:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if subscriber.delay:
                     time.sleep(subscriber.delay)
+                with subscriber.changed:
+                    hang = subscriber.hang_next > 0
+                    subscriber.hang_next -= hang
+                if hang:
+                    subscriber.hanging.set()
+                    subscriber.release.wait(60)
+                    return  # no answer: the connection is dropped
                 with subscriber.changed:
                     if subscriber.fail_next:
                         subscriber.fail_next -= 1
@@ -116,5 +126,6 @@ class Subscriber:
             return True
 
     def close(self):
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()

@@ -273,16 +273,19 @@ def claim(ids=None, limit=1000):
         due = due.filter(pk__in=ids)
     free = Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
     keys = list(due.filter(free).order_by("pk").values_list("pk", flat=True)[:limit])
-    lease = timedelta(seconds=app_settings.HUB_TIMEOUT * 2 + 10)
+    # As long as an attempt may take (a request times out after HUB_TIMEOUT), and a little more.
+    lease = timedelta(seconds=app_settings.HUB_TIMEOUT + 5)
     # One statement: of two processes claiming at once, each row goes to one.
     Delivery.objects.filter(free, pk__in=keys, state=Delivery.State.PENDING).update(claim=token, claimed_until=now + lease)
     claimed = list(Delivery.objects.filter(claim=token, state=Delivery.State.PENDING)
                    .select_related("notification__resource_set", "subscription"))
-    busy = None
+    others = Delivery.objects.filter(state=Delivery.State.PENDING).exclude(claim=token)
     if ids is not None:
-        others = Delivery.objects.filter(pk__in=ids, state=Delivery.State.PENDING).exclude(claim=token)
+        others = others.filter(pk__in=ids)
         ends = [max(end or now, next_try) for end, next_try in others.values_list("claimed_until", "next_attempt")]
-        busy = (max(ends) - now).total_seconds() if ends else None
+    else:  # every due one: those claimed by others
+        ends = list(others.filter(claimed_until__gt=now, next_attempt__lte=now).values_list("claimed_until", flat=True)[:limit])
+    busy = (max(ends) - now).total_seconds() if ends else None
     return claimed, busy
 
 
@@ -300,10 +303,10 @@ def deliver(ids=None):
     another attempt of those that failed. Returns ``(delivered, failed for good, to retry)``."""
     claimed, busy = claim(ids)
     if busy is not None:
-        # Claimed by an attempt elsewhere (or one whose process died): looked at again once
+        # Claimed by an attempt elsewhere (or by one whose process died): looked at again once
         # that claim runs out, so that none is left behind.
-        waiting = [pk for pk in ids if pk not in {delivery.pk for delivery in claimed}]
-        queue(DELIVER, ids=waiting, countdown=max(busy, 1))
+        mine = {delivery.pk for delivery in claimed}
+        queue(DELIVER, ids=None if ids is None else [pk for pk in ids if pk not in mine], countdown=max(busy, 1))
     if not claimed:
         return 0, 0, 0
     threads = max(1, min(app_settings.HUB_DELIVERY_THREADS, len(claimed)))
