@@ -403,3 +403,61 @@ def worker_outage(stack, pk):
     packed = [md(e) for e in entries(manifest) if loc(e) == upload]
     assert [archive.read(meta["path"][1:]) for meta in packed] == contents
     assert [(meta["hash"], meta["datetime"]) for meta in packed] == [(meta["hash"], meta["datetime"]) for meta in listed]
+
+
+def kill_tree(process):
+    """SIGKILL a process and its children (a worker's pool), as a machine or the OOM killer would."""
+    import psutil
+
+    tree = psutil.Process(process.pid)
+    for child in tree.children(recursive=True):
+        child.kill()
+    tree.kill()
+    process.wait(timeout=30)
+
+
+def test_a_worker_killed_mid_delivery_loses_no_notification(stack):
+    """A subscriber at the built-in hub; the worker is SIGKILLed (with its pool) while it
+    delivers a change notification; a worker started again delivers it."""
+    from .websub import Subscriber
+
+    stack.manage("migrate", "--no-input")
+    stack.manage("seed_repository", "--items", "5")
+    stack.manage("shell", "-c", (
+        "from django_resourcesync.models import ResourceSet; s = ResourceSet.objects.get(slug='metadata'); "
+        "s.capabilities = ['resourcelist', 'changelist', 'change-notification']; s.save()"
+    ))
+    stack.manage("resourcesync_rebuild", "--set", "metadata")
+    worker = stack.start("worker", sys.executable, "-m", "celery", "-A", "example_project", "worker", "--loglevel=INFO")
+    server = stack.start("server", sys.executable, "manage.py", "runserver", f"127.0.0.1:{stack.port}", "--noreload")
+    deadline = time.monotonic() + 60
+    while not listening(stack.port):
+        assert server.poll() is None and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.2)
+    subscriber = Subscriber()
+    try:
+        changes = f"{stack.base}/resourcesync/metadata/change-notification"
+        status, reason = subscriber.request(f"{stack.base}/resourcesync/hub", "subscribe", changes)
+        assert status == 202, reason
+        assert subscriber.wait(lambda: subscriber.verified, timeout=60), "the worker did not verify the subscription"
+        time.sleep(1)  # the worker records it just after the subscriber confirms
+
+        subscriber.hang_next = 1
+        stack.manage("shell", "-c", (
+            "from example_project.repository.models import Item; i = Item.objects.order_by('pk').first(); "
+            "i.title = 'Delivered despite a dead worker'; i.save()"
+        ))
+        assert subscriber.hanging.wait(60), "no delivery was attempted"
+        kill_tree(worker)
+        subscriber.release.set()
+        assert subscriber.received == []
+        stack.start("worker-again", sys.executable, "-m", "celery", "-A", "example_project", "worker", "--loglevel=INFO")
+        # Once the dead worker's claim runs out (HUB_TIMEOUT + 5 s), the new one delivers it.
+        assert subscriber.wait(lambda: subscriber.received, timeout=90), "the notification was lost with the worker"
+        [received] = subscriber.received
+        doc = check_document(received.body, "change-notification")
+        [entry] = entries(doc)
+        assert md(entry)["change"] == "updated" and loc(entry).startswith(f"{stack.base}/items/")
+        assert f'<{changes}>; rel="self"' in received.headers["Link"]
+    finally:
+        subscriber.close()
