@@ -159,20 +159,22 @@ def package_changes_task(set_id=None):
     return made
 
 
-@shared_task(name="resourcesync.notify")
+@shared_task(name="resourcesync.notify", **PART_TASK)
 def notify_task(set_ids=None):
-    """Record the notifications due on the sets' channels (every framework channel, and the
-    change notification channels of ``set_ids``, of every set for ``None``) and deliver them.
-    Queued by the commits that change what channels tell of; also picks up deliveries left due
-    (a process that died, a broker that was down)."""
-    made = announce.announce(set_ids)
-    for notification in made:
-        ids = list(notification.deliveries.values_list("pk", flat=True))
-        if ids:
-            push.queue(push.DELIVER, ids=ids)
+    """Record the notifications due on every channel and queue their delivery, each as soon as
+    it is recorded. Queued by the commits that change what channels tell of (``set_ids``: the
+    sets that changed, for the log); any run also makes up for one that was lost, and queues
+    deliveries left due (by a process that died, a broker that was down)."""
+    made = announce.announce(on_made=_queue_deliveries)
     if hub.stale_deliveries():
-        push.queue(push.DELIVER)  # left behind: by a process that died, a broker that was down
+        push.queue(push.DELIVER)
     return [notification.pk for notification in made]
+
+
+def _queue_deliveries(notification):
+    ids = list(notification.deliveries.values_list("pk", flat=True))
+    if ids:
+        push.queue(push.DELIVER, ids=ids)
 
 
 @shared_task(name="resourcesync.deliver", **PART_TASK)
@@ -184,8 +186,10 @@ def deliver_task(ids=None):
 
 @shared_task(name="resourcesync.deliver_due")
 def deliver_due_task():
-    """Deliver every notification whose next attempt is due and that no one is attempting
-    (beat: every minute, a safety net: deliveries are queued as they are made)."""
+    """The safety net of push (beat: every minute): announce what no notify run announced (a
+    notify that was lost), and deliver every notification whose next attempt is due and that no
+    one is attempting. Returns ``(delivered, failed for good, to retry)``."""
+    announce.announce()
     return hub.deliver()
 
 

@@ -21,10 +21,16 @@ def documents_storage(settings, tmp_path):
 
 @pytest.fixture(autouse=True)
 def fresh_push_offers():
-    """Which sets offer a notification channel is read again in each test (its database is new)."""
+    """Which sets offer a notification channel is read again in each test (its database is new),
+    and the push thread has nothing left of a test when the next starts."""
     from django_resourcesync import push
 
     push.forget_offers()
+    yield
+    # What a test left to the app's push thread (a retry due later) must not reach the next
+    # test's database.
+    push.runner.cancel()
+    push.runner.idle(timeout=30)
 
 
 @pytest.fixture

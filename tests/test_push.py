@@ -385,3 +385,131 @@ def test_a_fat_ping_posts_the_payload_to_the_external_hub_with_self_hub_and_reso
     for target, rel in ((changes, "self"), (hub, "hub"), (capability_list, "resourcesync")):
         assert f'<{target}>; rel="{rel}"' in link_header
     check_document(received.body, "change-notification")
+
+
+def framework_said(notifications):
+    found = []
+    for notification in notifications:
+        doc = check_document(notification.payload.encode(), notification.capability)
+        found += [(md(e)["capability"], md(e)["change"], e.find(f"{{{SM}}}loc").text, link(e, "index")) for e in entries(doc)]
+    return found
+
+
+def test_framework_notifications_tell_of_a_new_change_list_under_its_index_and_of_a_channel_withdrawn(
+    seed, transactional_db, monkeypatch
+):
+    from django.utils import timezone
+
+    from django_resourcesync.push import announce
+    from django_resourcesync.tracking.changelog import close
+
+    monkeypatch.setattr(push, "queue", lambda *args, **kwargs: None)  # announced here, not by the app's thread
+    seed(2)
+    resource_set = offer(demo_set("metadata"), "framework-notification")
+    rebuild_set(resource_set)
+    announce.announce()  # the channel starts from what is published now
+    close(resource_set.changelists.get(until__isnull=True), timezone.now())
+    item = Item.objects.order_by("pk").first()
+    item.title = "The first change of the second list"
+    item.save()
+    said = framework_said(announce.announce())
+    base = "http://testserver/resourcesync/metadata"
+    assert ("changelist", "created", f"{base}/changelist/2.xml", f"{base}/changelist.xml") in said
+    assert ("capabilitylist", "created", f"{base}/capabilitylist.xml", None) not in said
+    # The manager unticks the channel, the set stays: its Capability List changed, nothing went.
+    offer(resource_set)
+    said = framework_said(announce.announce())
+    assert [(capability, change) for capability, change, _loc, _index in said] == [("capabilitylist", "updated")]
+    assert not Channel.objects.exists()
+
+
+def test_a_notify_that_was_lost_is_made_up_by_the_safety_net(hub_source, seed, subscriber, monkeypatch):
+    from django_resourcesync.tasks import deliver_due_task
+
+    seed(2)
+    resource_set = offer(demo_set("metadata"), "change-notification")
+    rebuild_set(resource_set)
+    settle()
+    changes = topic(hub_source, resource_set, "change-notification")
+    assert subscriber.request(f"{hub_source}/resourcesync/hub", "subscribe", changes)[0] == 202
+    assert subscriber.wait(lambda: subscriber.verified)
+    settle()
+    with monkeypatch.context() as patched:
+        patched.setattr(push, "queue", lambda *args, **kwargs: None)  # the broker is down
+        item = Item.objects.order_by("pk").first()
+        item.title = "Saved while nothing could be queued"
+        item.save()
+    assert not Notification.objects.filter(capability="change-notification").exists()
+    assert deliver_due_task() == (1, 0, 0)  # beat's run: announced, then delivered
+    assert subscriber.wait(lambda: subscriber.received)
+    assert b"Saved while" not in subscriber.received[0].body  # (the payload tells of the change, not the title)
+    assert md(entries(check_document(subscriber.received[0].body, "change-notification"))[0])["change"] == "updated"
+
+
+def test_an_attempt_that_lost_its_claim_does_not_undo_the_delivery_made_meanwhile(
+    seed, transactional_db, subscriber, monkeypatch, settings
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_resourcesync.push import hub
+
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "HUB_ALLOW_PRIVATE_CALLBACKS": True}
+    resource_set = offer(demo_set("metadata"), "change-notification")
+    subscription = Subscription.objects.create(
+        resource_set=resource_set, capability="change-notification", callback=subscriber.callback, lease_seconds=600,
+        expires=timezone.now() + timedelta(seconds=600),
+    )
+    notification = Notification.objects.create(resource_set=resource_set, capability="change-notification", payload="<x/>")
+    delivery = Delivery.objects.create(notification=notification, subscription=subscription, target=subscriber.callback,
+                                       give_up=subscription.expires)
+    real = hub._attempt
+    calls = []
+
+    def slow_attempt(row, shared):
+        calls.append(row.pk)
+        if len(calls) == 1:
+            # This attempt outlives its claim: another run claims the delivery and makes it.
+            Delivery.objects.filter(pk=row.pk).update(claimed_until=timezone.now() - timedelta(seconds=1))
+            assert hub.deliver([row.pk]) == (1, 0, 0)
+            return None, "TimeoutError: too late"
+        return real(row, shared)
+
+    monkeypatch.setattr(hub, "_attempt", slow_attempt)
+    hub.deliver([delivery.pk])
+    delivery.refresh_from_db()
+    assert (delivery.state, delivery.attempts, delivery.last_status) == ("delivered", 1, 202)
+    assert len(subscriber.received) == 1
+
+
+def test_a_callback_that_answers_a_byte_at_a_time_is_cut_off_at_the_timeout(settings):
+    import http.client
+    import http.server
+    import threading
+
+    from django_resourcesync.push import hub
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+            for _ in range(100):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(0.3)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "HUB_TIMEOUT": 1, "HUB_ALLOW_PRIVATE_CALLBACKS": True}
+    started = time.monotonic()
+    try:
+        hub.request("POST", f"http://127.0.0.1:{server.server_address[1]}/cb", body=b"x")
+    except (OSError, http.client.HTTPException):
+        pass  # cut before the status line, or in the body
+    finally:
+        server.shutdown()
+    assert time.monotonic() - started < 10  # 30 s of trickle, cut at about 1 s

@@ -376,5 +376,9 @@ def notice(resource_set):
     if last_modified is None:
         return None
     count = resource_set.changedump_packages.count()
-    return {"marker": [count, w3c_datetime(last_modified)], "loc": uris.document_uri(resource_set, NAME), "index": None,
-            "datetime": w3c_datetime(last_modified)}
+    listed = resource_set.changedump_packages.filter(withdrawn__isnull=True).count()
+    parts = -(-listed // app_settings.MAX_ENTRIES_PER_DOCUMENT)
+    main = uris.document_uri(resource_set, NAME)
+    # Past one document, the dump is an index: the part that grows (the last) is told of.
+    loc, index = (uris.document_uri(resource_set, part_name(parts)), main) if parts > 1 else (main, None)
+    return {"marker": [count, w3c_datetime(last_modified)], "loc": loc, "index": index, "datetime": w3c_datetime(last_modified)}

@@ -15,6 +15,7 @@ With tasks run in process (the embedded default), these tasks run in a thread of
 :data:`runner`, never in the saving request: a slow subscriber holds up no one.
 """
 
+import atexit
 import heapq
 import itertools
 import logging
@@ -84,6 +85,12 @@ def offering():
     return _offers[0][1]
 
 
+def _framework_channels():
+    from .. import capabilities
+
+    return any(capabilities.FRAMEWORK_NOTIFICATION in offered for offered in offering().values())
+
+
 def soon(set_id=None, *, using=None):
     """After the current transaction commits, have the channels of set ``set_id`` (of every set,
     for ``None``: a set's configuration changes the Source Description) announce what changed.
@@ -95,8 +102,8 @@ def soon(set_id=None, *, using=None):
         forget_offers()
         if not offering() and not Channel.objects.using(using).exists():
             return  # no channel, and none to tell that its set went
-    elif set_id not in offering():
-        return
+    elif set_id not in offering() and not _framework_channels():
+        return  # neither its channels nor, by the Source Description, any other's
     connection = connections[using]
     callback = next(
         (func for _sids, func, _robust in connection.run_on_commit if isinstance(func, _Announce) and not func.done), None
@@ -119,6 +126,8 @@ class Runner:
         self._reset()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._reset)
+        # A short-lived process (a shell, a command) finishes what is due before it exits.
+        atexit.register(self.idle, timeout=10.0)
 
     def _reset(self):
         self._lock = threading.Condition()

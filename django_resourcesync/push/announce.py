@@ -32,30 +32,38 @@ from . import payloads
 logger = logging.getLogger(__name__)
 
 
-def announce(set_ids=None):
-    """Record the notifications due on the channels of ``set_ids`` (change notifications) and
-    on every framework channel; returns the notifications made."""
+def announce(on_made=None):
+    """Record the notifications due on every channel, each in the transaction that advances its
+    channel; ``on_made(notification)`` is called once that transaction has committed. Every
+    channel is looked at, whichever set changed: a run that was lost (a broker outage, a process
+    that died) is made up by the next. A set whose notifications cannot be made is logged and
+    skipped; the others go on. Returns the notifications made."""
     made = []
-    description = None
-    channels = {capabilities.FRAMEWORK_NOTIFICATION: None, capabilities.CHANGE_NOTIFICATION: set_ids}
-    for capability, only in channels.items():
-        sets = ResourceSet.objects.order_by("pk")
-        if only is not None:
-            sets = sets.filter(pk__in=only)
+
+    def keep(found):
+        for notification in found:
+            made.append(notification)
+            if on_made is not None:
+                on_made(notification)
+
+    for capability in (capabilities.FRAMEWORK_NOTIFICATION, capabilities.CHANGE_NOTIFICATION):
         known = set(Channel.objects.filter(capability=capability).values_list("resource_set_id", flat=True))
-        for resource_set in sets:
+        for resource_set in ResourceSet.objects.order_by("pk"):
             offers = resource_set.enabled and resource_set.has_capability(capability)
-            if capability == capabilities.FRAMEWORK_NOTIFICATION:
-                # A set that stopped offering the channel (or was disabled) is told once more,
-                # if its channel had told of anything: its Capability List is gone.
-                if offers or resource_set.pk in known:
-                    description = description or _description()
-                    made += _framework(resource_set, description, offers)
-            elif offers:
-                made += _changes(resource_set)
-            elif resource_set.pk in known:
-                # Offered again later, it tells of changes from then on, not of those meanwhile.
-                Channel.objects.filter(resource_set=resource_set, capability=capability).delete()
+            try:
+                if capability == capabilities.FRAMEWORK_NOTIFICATION:
+                    # A set that stopped offering the channel (or was disabled) is told once
+                    # more, if its channel had told of anything: its Capability List changed,
+                    # or is gone.
+                    if offers or resource_set.pk in known:
+                        keep(_framework(resource_set, offers))
+                elif offers:
+                    keep(_changes(resource_set))
+                elif resource_set.pk in known:
+                    # Offered again later, it tells of changes from then on, not of those meanwhile.
+                    Channel.objects.filter(resource_set=resource_set, capability=capability).delete()
+            except Exception:
+                logger.exception("Set %s: its %s could not be announced; the next run tries again", resource_set.slug, capability)
     return made
 
 
@@ -69,7 +77,6 @@ def _channel(resource_set, capability, initial):
 
 
 def _changes(resource_set):
-    made = []
     limit = app_settings.MAX_ENTRIES_PER_DOCUMENT
     while True:
         with transaction.atomic():
@@ -77,13 +84,13 @@ def _changes(resource_set):
                 "last_event": ChangeEvent.objects.filter(resource_set=resource_set).aggregate(m=Max("id"))["m"] or 0
             })
             if channel is None:
-                return made  # a new channel: it tells of changes from now on
+                return  # a new channel: it tells of changes from now on
             events = list(
                 ChangeEvent.objects.filter(resource_set=resource_set, id__gt=channel.last_event)
                 .order_by("id").values_list("id", "entry_xml")[:limit]
             )
             if not events:
-                return made
+                return
             entries, writer = [], DocumentWriter()
             for _id, entry in events:
                 if entries and not writer.fits(len(entry.encode()), limit, app_settings.MAX_DOCUMENT_BYTES):
@@ -93,7 +100,8 @@ def _changes(resource_set):
             writer.discard()
             channel.last_event = events[len(entries) - 1][0]
             channel.save(update_fields=["last_event"])
-            made.append(_record(resource_set, capabilities.CHANGE_NOTIFICATION, entries))
+            notification = _record(resource_set, capabilities.CHANGE_NOTIFICATION, entries)
+        yield notification
 
 
 def _description():
@@ -129,13 +137,16 @@ def framework_state(resource_set, description, offers=True):
 ORDER = [capabilities.DESCRIPTION, capabilities.CAPABILITYLIST, *(c.name for c in capabilities.TABLE)]
 
 
-def _framework(resource_set, description, offers):
+def _framework(resource_set, offers):
     with transaction.atomic():
         channel = _channel(resource_set, capabilities.FRAMEWORK_NOTIFICATION,
-                           lambda: {"announced": framework_state(resource_set, description)})
+                           lambda: {"announced": framework_state(resource_set, _description())})
         if channel is None:
             return []
-        now = framework_state(resource_set, description, offers)
+        # Read under the channel's lock: a run that started earlier cannot tell an older state.
+        # A set still enabled that stopped offering the channel is told of as it is (its
+        # Capability List lost the channel); a disabled one, as gone.
+        now = framework_state(resource_set, _description(), resource_set.enabled)
         before = channel.announced or {}
         entries = []
         for name in sorted(set(before) | set(now), key=ORDER.index):
@@ -148,14 +159,15 @@ def _framework(resource_set, description, offers):
                 notice["index"],
             ))
         if not offers:
-            channel.delete()  # told once that its set went; nothing more
+            channel.delete()  # told once that its set went, or stopped offering it; nothing more
         else:
             channel.announced = now
             channel.save(update_fields=["announced"])
         if not entries:
             return []
-        return [_record(resource_set, capabilities.FRAMEWORK_NOTIFICATION, entries,
-                        up=capabilities.CAPABILITYLIST in now)]
+        notification = _record(resource_set, capabilities.FRAMEWORK_NOTIFICATION, entries,
+                               up=capabilities.CAPABILITYLIST in now)
+    return [notification]
 
 
 def _record(resource_set, capability, entries, *, up=True):

@@ -23,12 +23,13 @@ import logging
 import secrets
 import socket
 import ssl
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from urllib.parse import urlencode, urlsplit
 
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections
 from django.db.models import Q
 from django.urls import Resolver404, resolve
 from django.utils import timezone
@@ -36,7 +37,7 @@ from django.utils import timezone
 from .. import uris
 from ..builders import channel as channels
 from ..conf import app_settings
-from ..models import Delivery, ResourceSet, Subscription
+from ..models import Delivery, Notification, ResourceSet, Subscription
 from . import DELIVER, VERIFY, queue
 
 logger = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ def parse_request(data):
     check_callback(callback)
     lease = data.get("hub.lease_seconds")
     if lease in (None, ""):
-        lease = app_settings.HUB_LEASE_SECONDS
+        lease = min(app_settings.HUB_LEASE_SECONDS, app_settings.HUB_MAX_LEASE_SECONDS)
     else:
         try:
             lease = int(lease)
@@ -177,13 +178,27 @@ def request(method, url, *, body=None, headers=None, vetted=True):
     port = parts.port or (443 if parts.scheme == "https" else 80)
     kind = _SecureConnection if parts.scheme == "https" else _Connection
     connection = kind(parts.hostname, port, address, timeout=app_settings.HUB_TIMEOUT)
+    # The socket's timeout bounds each read; this bounds the whole exchange (a callback that
+    # answers a byte at a time must not hold the attempt, and its claim, for ever).
+    deadline = threading.Timer(app_settings.HUB_TIMEOUT, _cut, [connection])
+    deadline.start()
     try:
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         connection.request(method, target, body=body, headers={"User-Agent": "django-resourcesync hub", **(headers or {})})
         response = connection.getresponse()
         return response.status, response.read(MAX_ANSWER)
     finally:
+        deadline.cancel()
         connection.close()
+
+
+def _cut(connection):
+    sock = connection.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def with_query(url, params):
@@ -221,11 +236,13 @@ def verify(mode, set_id, capability, callback, lease_seconds, secret=""):
         Subscription.objects.filter(resource_set=resource_set, capability=capability, callback=callback).delete()
         return True
     now = timezone.now()
-    Subscription.objects.update_or_create(
+    expires = now + timedelta(seconds=lease_seconds)
+    subscription, _created = Subscription.objects.update_or_create(
         resource_set=resource_set, capability=capability, callback=callback,
-        defaults={"secret": secret, "lease_seconds": lease_seconds, "expires": now + timedelta(seconds=lease_seconds),
-                  "verified": now},
+        defaults={"secret": secret, "lease_seconds": lease_seconds, "expires": expires, "verified": now},
     )
+    # A renewed lease: what waits for this callback is retried until the new end.
+    Delivery.objects.filter(subscription=subscription, state=Delivery.State.PENDING).update(give_up=expires)
     return True
 
 
@@ -236,25 +253,30 @@ def signature(secret, body):
     return f"{SIGNATURE}={hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()}"
 
 
-def _attempt(delivery):
+class _Notification:
+    """What the attempts at a notification's deliveries share, read once: the payload and the
+    headers of its channel."""
+
+    def __init__(self, notification):
+        resource_set = notification.resource_set
+        self.body = notification.payload.encode()
+        self.headers = {"Content-Type": "application/xml", "Link": channels.link_header(resource_set, notification.capability)}
+        self.topic = uris.topic_uri(resource_set, notification.capability)
+
+
+def _attempt(delivery, notification):
     """``(status, error)`` of one attempt at a delivery."""
-    notification = delivery.notification
-    resource_set = notification.resource_set
-    body = notification.payload.encode()
-    external = delivery.to_hub
-    if not external and delivery.subscription_id is None:
-        return None, "unsubscribed"  # ended (in the admin) while it waited: not sent
-    if external and app_settings.HUB_PING == "thin":
-        topic = uris.topic_uri(resource_set, notification.capability)
+    body, headers = notification.body, dict(notification.headers)
+    if delivery.to_hub and app_settings.HUB_PING == "thin":
         headers = {"Content-Type": "application/x-www-form-urlencoded"}
-        body = urlencode({"hub.mode": "publish", "hub.url": topic, "hub.topic": topic}).encode()
-    else:
-        headers = {"Content-Type": "application/xml", "Link": channels.link_header(resource_set, notification.capability)}
-        secret = delivery.subscription.secret if delivery.subscription_id else ""
-        if secret:
-            headers["X-Hub-Signature"] = signature(secret, body)
+        body = urlencode({"hub.mode": "publish", "hub.url": notification.topic, "hub.topic": notification.topic}).encode()
+    elif not delivery.to_hub:
+        if delivery.subscription is None:
+            return None, UNSUBSCRIBED  # ended (in the admin) while it waited: not sent
+        if delivery.subscription.secret:
+            headers["X-Hub-Signature"] = signature(delivery.subscription.secret, body)
     try:
-        status, _answer = request("POST", delivery.target, body=body, headers=headers, vetted=not external)
+        status, _answer = request("POST", delivery.target, body=body, headers=headers, vetted=not delivery.to_hub)
     except Refused as exc:
         return None, f"refused: {exc}"
     except (OSError, http.client.HTTPException) as exc:
@@ -262,92 +284,99 @@ def _attempt(delivery):
     return status, "" if 200 <= status < 300 else f"answered {status}"
 
 
-def claim(ids=None, limit=1000):
-    """Claim the deliveries among ``ids`` (every due one, for ``None``) that are due and not
-    being attempted; returns ``(claimed, busy)``: those claimed, and how long until the claim
-    of the others (attempted elsewhere, or by a process that died) runs out."""
-    now = timezone.now()
-    token = uuid.uuid4().hex
-    due = Delivery.objects.filter(state=Delivery.State.PENDING, next_attempt__lte=now)
-    if ids is not None:
-        due = due.filter(pk__in=ids)
-    free = Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
-    keys = list(due.filter(free).order_by("pk").values_list("pk", flat=True)[:limit])
-    # As long as an attempt may take (a request times out after HUB_TIMEOUT), and a little more.
-    lease = timedelta(seconds=app_settings.HUB_TIMEOUT + 5)
-    # One statement: of two processes claiming at once, each row goes to one.
-    Delivery.objects.filter(free, pk__in=keys, state=Delivery.State.PENDING).update(claim=token, claimed_until=now + lease)
-    claimed = list(Delivery.objects.filter(claim=token, state=Delivery.State.PENDING)
-                   .select_related("notification__resource_set", "subscription"))
-    others = Delivery.objects.filter(state=Delivery.State.PENDING).exclude(claim=token)
-    if ids is not None:
-        others = others.filter(pk__in=ids)
-        ends = [max(end or now, next_try) for end, next_try in others.values_list("claimed_until", "next_attempt")]
-    else:  # every due one: those claimed by others
-        ends = list(others.filter(claimed_until__gt=now, next_attempt__lte=now).values_list("claimed_until", flat=True)[:limit])
-    busy = (max(ends) - now).total_seconds() if ends else None
-    return claimed, busy
+UNSUBSCRIBED = "unsubscribed"
+
+
+def _free(now):
+    return Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
 
 
 def stale_deliveries():
     """Whether a delivery has been due for a minute with no one attempting it."""
     now = timezone.now()
     return Delivery.objects.filter(
-        Q(claimed_until__isnull=True) | Q(claimed_until__lt=now), state=Delivery.State.PENDING,
-        next_attempt__lte=now - timedelta(seconds=60),
+        _free(now), state=Delivery.State.PENDING, next_attempt__lte=now - timedelta(seconds=60),
     ).exists()
 
 
-def deliver(ids=None):
-    """Attempt the deliveries ``ids`` (every due one, for ``None``), several at once; schedule
-    another attempt of those that failed. Returns ``(delivered, failed for good, to retry)``."""
-    claimed, busy = claim(ids)
-    if busy is not None:
-        # Claimed by an attempt elsewhere (or by one whose process died): looked at again once
-        # that claim runs out, so that none is left behind.
-        mine = {delivery.pk for delivery in claimed}
-        queue(DELIVER, ids=None if ids is None else [pk for pk in ids if pk not in mine], countdown=max(busy, 1))
-    if not claimed:
+def deliver(ids=None, limit=1000):
+    """Attempt the deliveries ``ids`` that are due (every due one, at most ``limit``, for
+    ``None``), several at once, and schedule another attempt of those that fail. Each is
+    claimed just before its attempt, for as long as an attempt may last, and settled only by the
+    attempt that holds the claim: a run that starts while another (or a dead process) holds a
+    claim leaves that delivery alone, and looks again when the claim runs out. Returns
+    ``(delivered, failed for good, to retry)``."""
+    now = timezone.now()
+    pending = Delivery.objects.filter(state=Delivery.State.PENDING)
+    if ids is not None:
+        pending = pending.filter(pk__in=ids)
+    due = list(pending.filter(_free(now), next_attempt__lte=now).order_by("pk").values_list("pk", flat=True)[:limit])
+    held = list(pending.exclude(pk__in=due).filter(claimed_until__gt=now).values_list("pk", "claimed_until")[:limit])
+    if held:
+        # Attempted elsewhere, or by a process that died: looked at again once the claims run out.
+        until = max(end for _pk, end in held)
+        queue(DELIVER, ids=None if ids is None else [pk for pk, _end in held],
+              countdown=max((until - now).total_seconds(), 1))
+    if not due:
         return 0, 0, 0
-    threads = max(1, min(app_settings.HUB_DELIVERY_THREADS, len(claimed)))
+    shared = {}
+    for notification in Notification.objects.filter(deliveries__pk__in=due).distinct().select_related("resource_set"):
+        shared[notification.pk] = _Notification(notification)
+    threads = max(1, min(app_settings.HUB_DELIVERY_THREADS, len(due)))
     if threads == 1:
-        outcomes = [_attempt(delivery) for delivery in claimed]
+        outcomes = [_claim_and_attempt(pk, shared) for pk in due]
     else:
         with ThreadPoolExecutor(threads) as pool:
-            outcomes = list(pool.map(_attempt_in_thread, claimed))
-    return _settle(claimed, outcomes)
+            outcomes = list(pool.map(lambda pk: _in_thread(_claim_and_attempt, pk, shared), due))
+    counts, retry = [0, 0], {}
+    for outcome in outcomes:
+        if outcome is None:
+            continue  # claimed by someone else first
+        kind, pause, pk = outcome
+        if kind == "retry":
+            retry.setdefault(pause, []).append(pk)
+        else:
+            counts[kind == "failed"] += 1
+    for pause, pks in retry.items():
+        queue(DELIVER, ids=pks, countdown=pause)
+    return counts[0], counts[1], sum(len(pks) for pks in retry.values())
 
 
-def _attempt_in_thread(delivery):
+def _in_thread(func, *args):
     try:
-        return _attempt(delivery)
+        return func(*args)
     finally:
         close_old_connections()
 
 
-def _settle(claimed, outcomes):
+def _claim_and_attempt(pk, shared):
+    """Claim one delivery, attempt it, settle it; ``(outcome, pause, pk)``, or ``None`` if it
+    was not ours to attempt."""
     now = timezone.now()
-    delivered = gave_up = 0
-    retry = {}
-    with transaction.atomic():
-        for delivery, (status, error) in zip(claimed, outcomes, strict=True):
-            delivery.attempts += 1
-            delivery.last_status, delivery.last_error = status, error[:2000]
-            delivery.claimed_until, delivery.claim = None, ""
-            if not error:
-                delivery.state, delivery.delivered = Delivery.State.DELIVERED, now
-                delivered += 1
-            else:
-                pause = min(2 ** delivery.attempts, MAX_BACKOFF)
-                delivery.next_attempt = now + timedelta(seconds=pause)
-                if delivery.next_attempt > delivery.give_up or error == "unsubscribed":
-                    delivery.state = Delivery.State.FAILED
-                    gave_up += 1
-                    logger.warning("Notification %s to %s given up: %s", delivery.notification_id, delivery.target, error)
-                else:
-                    retry.setdefault(pause, []).append(delivery.pk)
-            delivery.save(update_fields=["attempts", "last_status", "last_error", "claimed_until", "claim", "state",
-                                         "delivered", "next_attempt"])
-    for pause, ids in retry.items():
-        queue(DELIVER, ids=ids, countdown=pause)
-    return delivered, gave_up, sum(len(ids) for ids in retry.values())
+    token = uuid.uuid4().hex
+    lease = timedelta(seconds=app_settings.HUB_TIMEOUT + 5)  # an attempt ends by HUB_TIMEOUT (see request())
+    claimed = Delivery.objects.filter(_free(now), pk=pk, state=Delivery.State.PENDING)
+    if not claimed.update(claim=token, claimed_until=now + lease):
+        return None
+    delivery = Delivery.objects.select_related("subscription").filter(pk=pk, claim=token).first()
+    if delivery is None or delivery.notification_id not in shared:
+        return None  # deleted meanwhile (its set went)
+    status, error = _attempt(delivery, shared[delivery.notification_id])
+    now = timezone.now()
+    attempts = delivery.attempts + 1
+    values = {"attempts": attempts, "last_status": status, "last_error": error[:2000], "claim": "", "claimed_until": None}
+    if not error:
+        values.update(state=Delivery.State.DELIVERED, delivered=now)
+        outcome, pause = "delivered", None
+    else:
+        pause = min(2 ** attempts, MAX_BACKOFF)
+        values["next_attempt"] = now + timedelta(seconds=pause)
+        if values["next_attempt"] > delivery.give_up or error == UNSUBSCRIBED:
+            values["state"] = Delivery.State.FAILED
+            outcome = "failed"
+            logger.warning("Notification %s to %s given up: %s", delivery.notification_id, delivery.target, error)
+        else:
+            outcome = "retry"
+    # Only while the claim is still this attempt's (a row deleted meanwhile is simply gone).
+    Delivery.objects.filter(pk=pk, claim=token).update(**values)
+    return outcome, pause, pk

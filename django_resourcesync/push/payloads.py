@@ -57,8 +57,8 @@ def change_type(capability, before, now):
         change = "deleted"
     elif before.get("marker") == now.get("marker"):
         return None
-    elif now.get("new", capability in SNAPSHOTS):
-        change = "created"
+    elif capability in SNAPSHOTS or before.get("loc") != now.get("loc"):
+        change = "created"  # a new snapshot, or a new document (the next Change List)
     else:
         change = "updated"
     return change if change in CHANGE_TYPES.get(capability, ()) else None
