@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from urllib.parse import urlencode, urlsplit
 
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 from django.db.models import Q
 from django.urls import Resolver404, resolve
 from django.utils import timezone
@@ -301,11 +301,12 @@ def stale_deliveries():
 
 def deliver(ids=None, limit=1000):
     """Attempt the deliveries ``ids`` that are due (every due one, at most ``limit``, for
-    ``None``), several at once, and schedule another attempt of those that fail. Each is
-    claimed just before its attempt, for as long as an attempt may last, and settled only by the
-    attempt that holds the claim: a run that starts while another (or a dead process) holds a
-    claim leaves that delivery alone, and looks again when the claim runs out. Returns
-    ``(delivered, failed for good, to retry)``."""
+    ``None``), ``HUB_DELIVERY_THREADS`` at a time, and schedule another attempt of those that
+    fail. Each group is claimed (one statement) just before its attempts, for as long as an
+    attempt may last, and settled (one transaction) only where the claim is still the group's:
+    a run that starts while another (or a dead process) holds a claim leaves that delivery
+    alone, and looks again when the claim runs out. Returns ``(delivered, failed for good, to
+    retry)``."""
     now = timezone.now()
     pending = Delivery.objects.filter(state=Delivery.State.PENDING)
     if ids is not None:
@@ -322,21 +323,15 @@ def deliver(ids=None, limit=1000):
     shared = {}
     for notification in Notification.objects.filter(deliveries__pk__in=due).distinct().select_related("resource_set"):
         shared[notification.pk] = _Notification(notification)
-    threads = max(1, min(app_settings.HUB_DELIVERY_THREADS, len(due)))
-    if threads == 1:
-        outcomes = [_claim_and_attempt(pk, shared) for pk in due]
-    else:
-        with ThreadPoolExecutor(threads) as pool:
-            outcomes = list(pool.map(lambda pk: _in_thread(_claim_and_attempt, pk, shared), due))
+    size = max(1, app_settings.HUB_DELIVERY_THREADS)
     counts, retry = [0, 0], {}
-    for outcome in outcomes:
-        if outcome is None:
-            continue  # claimed by someone else first
-        kind, pause, pk = outcome
-        if kind == "retry":
-            retry.setdefault(pause, []).append(pk)
-        else:
-            counts[kind == "failed"] += 1
+    with ThreadPoolExecutor(size) as pool:
+        for start in range(0, len(due), size):
+            for kind, pause, pk in _group(due[start : start + size], shared, pool):
+                if kind == "retry":
+                    retry.setdefault(pause, []).append(pk)
+                else:
+                    counts[kind == "failed"] += 1
     for pause, pks in retry.items():
         queue(DELIVER, ids=pks, countdown=pause)
     return counts[0], counts[1], sum(len(pks) for pks in retry.values())
@@ -349,34 +344,39 @@ def _in_thread(func, *args):
         close_old_connections()
 
 
-def _claim_and_attempt(pk, shared):
-    """Claim one delivery, attempt it, settle it; ``(outcome, pause, pk)``, or ``None`` if it
-    was not ours to attempt."""
+def _group(pks, shared, pool):
+    """Claim, attempt and settle a group of deliveries; ``[(outcome, pause, pk)]`` of those
+    that were this group's to attempt."""
     now = timezone.now()
     token = uuid.uuid4().hex
     lease = timedelta(seconds=app_settings.HUB_TIMEOUT + 5)  # an attempt ends by HUB_TIMEOUT (see request())
-    claimed = Delivery.objects.filter(_free(now), pk=pk, state=Delivery.State.PENDING)
-    if not claimed.update(claim=token, claimed_until=now + lease):
-        return None
-    delivery = Delivery.objects.select_related("subscription").filter(pk=pk, claim=token).first()
-    if delivery is None or delivery.notification_id not in shared:
-        return None  # deleted meanwhile (its set went)
-    status, error = _attempt(delivery, shared[delivery.notification_id])
-    now = timezone.now()
-    attempts = delivery.attempts + 1
-    values = {"attempts": attempts, "last_status": status, "last_error": error[:2000], "claim": "", "claimed_until": None}
-    if not error:
-        values.update(state=Delivery.State.DELIVERED, delivered=now)
-        outcome, pause = "delivered", None
+    Delivery.objects.filter(_free(now), pk__in=pks, state=Delivery.State.PENDING).update(claim=token, claimed_until=now + lease)
+    claimed = [d for d in Delivery.objects.select_related("subscription").filter(claim=token) if d.notification_id in shared]
+    if len(claimed) == 1:
+        outcomes = [_attempt(claimed[0], shared[claimed[0].notification_id])]
     else:
-        pause = min(2 ** attempts, MAX_BACKOFF)
-        values["next_attempt"] = now + timedelta(seconds=pause)
-        if values["next_attempt"] > delivery.give_up or error == UNSUBSCRIBED:
-            values["state"] = Delivery.State.FAILED
-            outcome = "failed"
-            logger.warning("Notification %s to %s given up: %s", delivery.notification_id, delivery.target, error)
-        else:
-            outcome = "retry"
-    # Only while the claim is still this attempt's (a row deleted meanwhile is simply gone).
-    Delivery.objects.filter(pk=pk, claim=token).update(**values)
-    return outcome, pause, pk
+        outcomes = list(pool.map(lambda d: _in_thread(_attempt, d, shared[d.notification_id]), claimed))
+    now = timezone.now()
+    settled = []
+    with transaction.atomic():
+        for delivery, (status, error) in zip(claimed, outcomes, strict=True):
+            attempts = delivery.attempts + 1
+            values = {"attempts": attempts, "last_status": status, "last_error": error[:2000], "claim": "",
+                      "claimed_until": None}
+            pause = None
+            if not error:
+                values.update(state=Delivery.State.DELIVERED, delivered=now)
+                outcome = "delivered"
+            else:
+                pause = min(2 ** attempts, MAX_BACKOFF)
+                values["next_attempt"] = now + timedelta(seconds=pause)
+                if values["next_attempt"] > delivery.give_up or error == UNSUBSCRIBED:
+                    values["state"] = Delivery.State.FAILED
+                    outcome = "failed"
+                    logger.warning("Notification %s to %s given up: %s", delivery.notification_id, delivery.target, error)
+                else:
+                    outcome = "retry"
+            # Only while the claim is still this group's (a row deleted meanwhile is simply gone).
+            if Delivery.objects.filter(pk=delivery.pk, claim=token).update(**values):
+                settled.append((outcome, pause, delivery.pk))
+    return settled
