@@ -4,12 +4,13 @@ subscriber, and deliveries per second to 100 subscribers.
 Run from the repository root::
 
     .venv/bin/python benchmarks/push.py                               # embedded (SQLite, tasks in process)
-    .venv/bin/python benchmarks/push.py --database-url postgres://postgres:postgres@127.0.0.1:5432/resourcesync \\
+    .venv/bin/python benchmarks/push.py --database-url postgres://postgres:postgres@127.0.0.1:5432/push_bench \\
         --broker-url redis://127.0.0.1:6379/14                        # and with a Celery worker
 
 Subscribers run in a process of their own (``--child subscribers``): ``--subscribers`` HTTP
 servers on loopback, each answering 202 to a POST and recording when it arrived (wall clock, the
-same machine's). The Source is the example project with a fresh database, ``--items`` items, and
+same machine's). The Source is the example project with a fresh database (the PostgreSQL database
+``--database-url`` names is dropped and created again), ``--items`` items, and
 its ``metadata`` set offering ``change-notification``; the subscriptions are rows made directly
 (verification of intent is not what is measured).
 
@@ -131,7 +132,22 @@ class Subscribers:
 # --- the Source ----------------------------------------------------------------------------
 
 
+def fresh_database(database_url):
+    """Drop and create the database ``database_url`` names (its data migrations make the sets)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+
+    parts = urlsplit(database_url)
+    name = parts.path.lstrip("/")
+    with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        connection.execute(f'CREATE DATABASE "{name}"')
+
+
 def setup(var_dir, database_url, broker_url):
+    if database_url:
+        fresh_database(database_url)
     os.environ["EXAMPLE_VAR_DIR"] = var_dir
     os.environ["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
     for name, value in (("DATABASE_URL", database_url), ("CELERY_BROKER_URL", broker_url)):
@@ -145,8 +161,6 @@ def setup(var_dir, database_url, broker_url):
     django.setup()
     from django.core.management import call_command
 
-    if database_url:
-        call_command("flush", interactive=False, verbosity=0)
     call_command("migrate", verbosity=0)
     from django_resourcesync.models import ResourceSet
 
@@ -187,30 +201,51 @@ def latency(subscribers, rounds, wait_settled):
     return found, saves
 
 
-def throughput(subscribers, notifications, deliver):
-    from django_resourcesync.models import Delivery, Notification
+def prepare_throughput(subscribers, notifications):
+    """Record ``notifications`` change notifications (one change each) to every subscriber,
+    with their deliveries held back (due tomorrow): nothing delivers them before the run."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_resourcesync import tracking
+    from django_resourcesync.models import Delivery
     from django_resourcesync.push import announce
+    from django_resourcesync.tracking import outbox
     from example_project.repository.models import Item
 
     subscribe(subscribers.callbacks)
     items = list(Item.objects.filter(is_public=True).order_by("pk")[:notifications])
+    made = []
     with _quiet_push():
-        from django_resourcesync import tracking
-
-        made = []
         for number, item in enumerate(items):  # one change, one notification
             item.title = f"Throughput {number}"
             item.save()
+            outbox.dispatcher.flush()  # with a broker, the save's row is written by the app's thread
             tracking.process_pending()
             made += announce.announce()
-    ids = list(Delivery.objects.filter(notification__in=made).values_list("pk", flat=True))
-    payload = Notification.objects.get(pk=made[0].pk).payload.encode()
+    deliveries = Delivery.objects.filter(notification__in=made)
+    deliveries.update(next_attempt=timezone.now() + timedelta(days=1))
+    return list(deliveries.order_by("pk").values_list("pk", flat=True)), made[0].payload.encode()
+
+
+def throughput(subscribers, ids, deliver):
+    from django.utils import timezone
+
+    from django_resourcesync.models import Delivery
+
+    Delivery.objects.filter(pk__in=ids).update(next_attempt=timezone.now())
+    subscribers.arrivals()
     started = time.time()
     deliver(ids)
     arrived = subscribers.wait(len(ids), timeout=600)
     seconds = max(arrived) - started
-    delivered = Delivery.objects.filter(pk__in=ids, state="delivered").count()
-    return len(ids), seconds, delivered, payload
+    deadline = time.monotonic() + 60
+    while (delivered := Delivery.objects.filter(pk__in=ids, state="delivered").count()) < len(ids):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return seconds, delivered
 
 
 class _quiet_push:
@@ -290,38 +325,39 @@ def main():
     rebuild_set(ResourceSet.objects.get(slug="metadata"))
     subscribers = Subscribers(options.subscribers)
     worker = None
+    name = "with a worker" if with_worker else "embedded"
     try:
+        progress(f"throughput: {options.notifications} notifications x {options.subscribers} subscribers")
+        ids, payload = prepare_throughput(subscribers, options.notifications)
         if with_worker:
             env = {**os.environ, "EXAMPLE_VAR_DIR": var_dir}
             worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "example_project", "worker", "--concurrency=2",
                                        "--loglevel=WARNING"], cwd=ROOT, env=env)
             time.sleep(8)  # the worker connects and is ready
 
-            def settled():
-                pass
-        else:
-            def settled():
-                push.runner.idle(timeout=30)
-        progress(f"latency: {options.rounds} saves")
-        found, saves = latency(subscribers, options.rounds, settled)
-        report_latency("with a worker" if with_worker else "embedded", found, saves)
-
-        progress(f"throughput: {options.notifications} notifications x {options.subscribers} subscribers")
-        if with_worker:
             def deliver(ids):
                 from django_resourcesync.tasks import deliver_task
 
                 for start in range(0, len(ids), options.subscribers):
                     deliver_task.delay(ids[start : start + options.subscribers])
+
+            def settled():
+                pass
         else:
             def deliver(ids):
                 for start in range(0, len(ids), options.subscribers):
                     hub.deliver(ids[start : start + options.subscribers])
-        total, seconds, delivered, payload = throughput(subscribers, options.notifications, deliver)
-        subscribers.arrivals()
-        floor_seconds = floor(subscribers.callbacks, payload, total)
-        subscribers.wait(total, timeout=600)
-        report_throughput("with a worker" if with_worker else "embedded", total, seconds, delivered, floor_seconds)
+
+            def settled():
+                push.runner.idle(timeout=30)
+        seconds, delivered = throughput(subscribers, ids, deliver)
+        floor_seconds = floor(subscribers.callbacks, payload, len(ids))
+        subscribers.wait(len(ids), timeout=600)
+        report_throughput(name, len(ids), seconds, delivered, floor_seconds)
+
+        progress(f"latency: {options.rounds} saves")
+        found, saves = latency(subscribers, options.rounds, settled)
+        report_latency(name, found, saves)
     finally:
         subscribers.close()
         if worker is not None:
