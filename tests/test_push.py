@@ -513,3 +513,25 @@ def test_a_callback_that_answers_a_byte_at_a_time_is_cut_off_at_the_timeout(sett
     finally:
         server.shutdown()
     assert time.monotonic() - started < 10  # 30 s of trickle, cut at about 1 s
+
+
+def test_a_callback_that_hangs_does_not_hold_up_the_save(hub_source, seed, subscriber, settings):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "HUB_TIMEOUT": 30}  # a delivery may hang 30 s
+    seed(2)
+    resource_set = offer(demo_set("metadata"), "change-notification")
+    rebuild_set(resource_set)
+    settle()
+    changes = topic(hub_source, resource_set, "change-notification")
+    assert subscriber.request(f"{hub_source}/resourcesync/hub", "subscribe", changes)[0] == 202
+    assert subscriber.wait(lambda: subscriber.verified)
+    settle()
+    subscriber.hang_next = 1
+    item = Item.objects.order_by("pk").first()
+    item.title = "Saved while the subscriber hangs"
+    started = time.monotonic()
+    item.save()
+    saving = time.monotonic() - started
+    assert subscriber.hanging.wait(10)  # the delivery is under way (and hangs for 30 s)...
+    assert saving < 15  # ...but the save did not wait for it
+    assert Item.objects.get(pk=item.pk).title == "Saved while the subscriber hangs"
+    subscriber.release.set()
