@@ -441,7 +441,7 @@ def workers(transactional_db, tmp_path, settings):
     """Two worker processes (one task at a time each) on the test database; the test's own
     settings match theirs."""
     if connection.vendor != "postgresql":
-        pytest.skip("a worker process cannot see the in-memory SQLite test database; run with TEST_DATABASE_URL")
+        pytest.skip("a worker process needs a database server (SQLite takes one writer at a time); run with TEST_DATABASE_URL")
     import redis
 
     redis.Redis.from_url(REDIS_URL).ping()  # a missing broker is a failure, not a skip

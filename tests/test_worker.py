@@ -20,7 +20,7 @@ REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 @pytest.fixture
 def worker(transactional_db, tmp_path):
     if connection.vendor != "postgresql":
-        pytest.skip("a worker process cannot see the in-memory SQLite test database; run with TEST_DATABASE_URL")
+        pytest.skip("a worker process needs a database server (SQLite takes one writer at a time); run with TEST_DATABASE_URL")
     import redis
 
     redis.Redis.from_url(REDIS_URL).ping()  # a missing broker is a failure, not a skip
