@@ -41,7 +41,7 @@ class ResourceSetForm(forms.ModelForm):
 
     class Meta:
         model = ResourceSet
-        fields = ["name", "slug", "source", "lookups", "describedby", "capabilities", "enabled", "position"]
+        fields = ["name", "slug", "source", "lookups", "describedby", "capabilities", "prior_versions", "enabled", "position"]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -51,6 +51,11 @@ class ResourceSet(models.Model):
         _("capabilities"), default=default_capabilities, blank=True, validators=[validate_capabilities]
     )
     enabled = models.BooleanField(_("enabled"), default=True)
+    prior_versions = models.BooleanField(
+        _("prior versions"), default=False,
+        help_text=_("Keep the bytes of every change (the version store) and publish them as prior versions: "
+                    "each change links its memento, each resource its TimeMap and TimeGate (Memento)."),
+    )
     position = models.PositiveIntegerField(_("position"), default=0, help_text=_("Order in the Source Description."))
     base_url = models.CharField(
         _("base URL of the record"), max_length=2048, blank=True, editable=False,

@@ -104,6 +104,11 @@ def _absolute(path):
     return app_settings.BASE_URL + path
 
 
+def site_uri(path):
+    """The absolute URI of a path of this site (one of the app's routes)."""
+    return _absolute(path)
+
+
 def source_description_uri():
     return _absolute(reverse("resourcesync:source-description"))
 

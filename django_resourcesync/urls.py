@@ -6,7 +6,7 @@ made from the capability table; every other document is a file of a build, found
 
 from django.urls import path
 
-from . import capabilities, views
+from . import capabilities, mementos, views
 from .push import views as push_views
 
 app_name = "resourcesync"
@@ -15,6 +15,9 @@ urlpatterns = [
     path(".well-known/resourcesync", views.source_description, name="source-description"),
     path(".well-known/resourcesync/<int:number>.xml", views.source_description_part, name="source-description-part"),
     path("resourcesync/hub", push_views.hub, name="hub"),
+    path("resourcesync/<slug:slug>/memento/<str:stamp>/<path:key>", mementos.memento, name="memento"),
+    path("resourcesync/<slug:slug>/timemap/<path:key>", mementos.timemap, name="timemap"),
+    path("resourcesync/<slug:slug>/timegate/<path:key>", mementos.timegate, name="timegate"),
     path("resourcesync/<slug:slug>/capabilitylist.xml", views.capability_list, name="capability-list"),
 ]
 for capability in capabilities.TABLE:

@@ -49,11 +49,17 @@ def name_of(sha256):
 
 
 def keeps(resource_set):
-    """Whether changes of the set keep their bytes: the store is on, and the set offers a
-    Change Dump of a source that gives bytes."""
+    """Whether changes of the set keep their bytes: the store is on, the set offers a Change
+    Dump or publishes prior versions, and its source gives bytes."""
     from .capabilities import CHANGEDUMP  # the capability table imports the builders
 
-    return bool(app_settings.KEEP_VERSIONS) and resource_set.has_capability(CHANGEDUMP) and resource_set.get_source().gives_bytes
+    wanted = resource_set.has_capability(CHANGEDUMP) or resource_set.prior_versions
+    return bool(app_settings.KEEP_VERSIONS) and wanted and resource_set.get_source().gives_bytes
+
+
+def publishes(resource_set):
+    """Whether the set publishes prior versions (mementos, TimeMaps, TimeGates)."""
+    return resource_set.prior_versions and keeps(resource_set)
 
 
 def keep(chunks, media_type=None, *, unless=None):

@@ -22,7 +22,7 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
-from .. import bulk, capabilities, heads, storage, tracking, uris, versions
+from .. import bulk, capabilities, heads, mementos, storage, tracking, uris, versions
 from ..conf import app_settings
 from ..entries import Representation
 from ..exceptions import BuildAbandoned, UnpublishableResource
@@ -114,20 +114,29 @@ def _cut(resource_set, number, events, from_time, until, *, replacing=None):
             .values_list("object_pk", flat=True)
         )
         current = _Current(source, resource_set, present)
+        linking = versions.publishes(resource_set)
         left_out = 0
         for event in events:
             md = {"change": event.change, "datetime": w3c_datetime(event.datetime)}
+            links = ()
             if event.change != "deleted":
                 if event.object_pk not in present:
                     continue
                 found = versions.open_bytes(event.sha256) if event.sha256 else None
+                if found is not None and linking:  # a prior version: its memento, as the Change List links it
+                    links = mementos.change_links(
+                        resource_set, event.object_pk, event.datetime, lastmod=event.lastmod, md5=event.md5,
+                        sha256=event.sha256, length=event.length, media_type=event.media_type,
+                    )
                 if found is None:
                     found = current.bytes_of(event)
                 if found is None:
                     left_out += 1
                     continue
                 md.update(packer.pack_bytes(event, *found))
-            packer.add_entry(url_element(event.uri, lastmod=event.lastmod if event.change != "deleted" else None, md=md))
+            packer.add_entry(
+                url_element(event.uri, lastmod=event.lastmod if event.change != "deleted" else None, md=md, links=links)
+            )
         if left_out:
             logger.warning("%s Change Dump package %d: %d change(s) whose bytes are not kept are left out",
                            resource_set.slug, number, left_out)

@@ -11,7 +11,7 @@ followed by ``part-NNNNN-2.xml`` and so on if its rows pass the byte limit.
 
 from django.utils import timezone
 
-from .. import capabilities, heads, uris
+from .. import capabilities, heads, mementos, uris, versions
 from ..conf import app_settings
 from ..models import Document, Resource
 from ..xml.writer import DocumentWriter, url_element, w3c_datetime
@@ -70,16 +70,21 @@ def _head(build, completed, *, in_index=False):
                       indexed_by=capabilities.RESOURCELIST if in_index else None)
 
 
-def _entries(rows, batch_size):
+def _entries(rows, batch_size, resource_set):
     # Each row carries its <url> element, rendered when the resource last changed: the list is
-    # an ordered scan that copies text, with no per-resource formatting.
-    for entry in rows.order_by("pk").values_list("entry_xml", flat=True).iterator(chunk_size=batch_size):
-        yield entry.encode("utf-8")
+    # an ordered scan that copies text, with no per-resource formatting (but the links to a
+    # resource's TimeGate and TimeMap, where the set publishes prior versions).
+    if not versions.publishes(resource_set):
+        for entry in rows.order_by("pk").values_list("entry_xml", flat=True).iterator(chunk_size=batch_size):
+            yield entry.encode("utf-8")
+        return
+    for entry, key in rows.order_by("pk").values_list("entry_xml", "object_pk").iterator(chunk_size=batch_size):
+        yield mementos.splice(entry, mementos.resource_links(resource_set, key)).encode("utf-8")
 
 
 def _render_single(context, rows, total, progress, batch_size):
     writer = DocumentWriter()
-    for entry in _entries(rows, batch_size):
+    for entry in _entries(rows, batch_size, context.resource_set):
         if not writer.fits(len(entry), app_settings.MAX_ENTRIES_PER_DOCUMENT, app_settings.MAX_DOCUMENT_BYTES):
             writer.discard()
             raise _Overflow
@@ -108,7 +113,7 @@ def render_part(context, part, *, progress=None, batch_size):
         md, links = _head(build, completed, in_index=True)
         context.write(name, writer, md=md, links=links, at=build.at, completed=completed, replace=True)
 
-    for entry in _entries(rows, batch_size):
+    for entry in _entries(rows, batch_size, context.resource_set):
         if not writer.fits(len(entry), app_settings.MAX_ENTRIES_PER_DOCUMENT, app_settings.MAX_DOCUMENT_BYTES):
             finish_document()
             written += 1

@@ -16,7 +16,7 @@ from django.db import router
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
-from .. import bulk, capabilities, heads, storage
+from .. import bulk, capabilities, heads, mementos, storage, versions
 from ..conf import app_settings
 from ..models import Build, ChangeEvent, ChangeList, PendingChange
 from ..xml.writer import DocumentWriter, change_entry, w3c_datetime
@@ -59,6 +59,7 @@ class ChangeLog:
 
     def __init__(self, resource_set):
         self.resource_set = resource_set
+        self.mementos = versions.publishes(resource_set)
         self.open = ChangeList.objects.filter(resource_set=resource_set, until__isnull=True).first()
         if self.open is None:
             last = resource_set.changelists.order_by("-number").first()
@@ -82,7 +83,7 @@ class ChangeLog:
         set_id = self.resource_set.pk
         for change in changes:
             moment = max(change.datetime or now, self._earliest(), floor)
-            entry = self._entry(change, w3c_datetime(moment))
+            entry = self._entry(change, moment)
             until = self._closing_point(moment, len(entry))
             if until is not None:
                 self._insert(rows)
@@ -92,7 +93,7 @@ class ChangeLog:
                 # closed list with the events after its until misses none.
                 if moment <= until:
                     moment = until + TICK
-                    entry = self._entry(change, w3c_datetime(moment))
+                    entry = self._entry(change, moment)
             rows.append((
                 set_id, self.open.pk, change.object_pk, change.uri, change.change, moment,
                 change.lastmod, change.md5, change.sha256, change.length, change.media_type, change.encoding, entry,
@@ -121,11 +122,17 @@ class ChangeLog:
             return self.open.last_datetime + TICK
         return self.open.from_time + TICK if self.open.number > 1 else self.open.from_time
 
-    @staticmethod
-    def _entry(change, stamp):
+    def _entry(self, change, moment):
+        links = change.links
+        if self.mementos and change.change != "deleted" and change.sha256:
+            # The state it left is a prior version from now on (its bytes are in the store).
+            links = [*links, *mementos.change_links(
+                self.resource_set, change.object_pk, moment, lastmod=change.lastmod, md5=change.md5,
+                sha256=change.sha256, length=change.length, media_type=change.media_type,
+            )]
         return change_entry(
-            change.uri, change.change, stamp, change.lastmod, change.md5, change.sha256,
-            change.length, change.media_type, change.links, change.encoding
+            change.uri, change.change, w3c_datetime(moment), change.lastmod, change.md5, change.sha256,
+            change.length, change.media_type, links, change.encoding
         )
 
     EVENT_FIELDS = (

@@ -1,0 +1,131 @@
+"""Prior versions (core 1.1 section 14.6, Memento): each change links its memento, which serves
+the exact bytes of that version; the TimeMap lists them; the TimeGate picks one by datetime."""
+
+import email.utils
+import hashlib
+import time
+
+import pytest
+from django.core.files.base import ContentFile
+
+from django_resourcesync.rebuild import rebuild_set
+from example_project.repository.models import Item, ItemFile
+
+from .conftest import demo_set
+from .helpers import fetch, path_of, resource_list_entries
+from .xmlcheck import SM, check_document, entries, link, links, md
+
+VERSIONS = [b"the first version\n" * 100, b"the second version, longer\n" * 300]
+
+
+@pytest.fixture
+def committing(django_capture_on_commit_callbacks):
+    return lambda: django_capture_on_commit_callbacks(execute=True)
+
+
+@pytest.fixture
+def rewritten(seed, committing, documents_storage):
+    """The files' set publishing prior versions; one file rewritten twice, a second apart."""
+    resource_set = demo_set("bitstreams")
+    resource_set.prior_versions = True
+    resource_set.save()
+    with committing():
+        seed(2)
+    rebuild_set(resource_set)
+    upload = ItemFile.objects.filter(item__is_public=True).order_by("pk").first()
+    for number, content in enumerate(VERSIONS):
+        if number:
+            time.sleep(1.1)  # HTTP dates count whole seconds
+        with committing():
+            upload.file.save(f"version-{number}.txt", ContentFile(content))
+    return resource_set, upload
+
+
+def change_entries(resource_set, uri):
+    status, body, _ = fetch(f"/resourcesync/{resource_set.slug}/changelist.xml")
+    assert status == 200
+    return [e for e in entries(check_document(body, "changelist")) if e.find(f"{{{SM}}}loc").text == uri]
+
+
+def test_each_change_links_a_memento_serving_the_exact_bytes_of_its_version(rewritten):
+    resource_set, upload = rewritten
+    uri = resource_set.resources.get(object_pk=str(upload.pk)).uri
+    found = change_entries(resource_set, uri)
+    assert [md(e)["change"] for e in found] == ["updated", "updated"]
+    for entry, content in zip(found, VERSIONS, strict=True):
+        meta = md(entry)
+        [memento] = [ln for ln in links(entry) if ln["rel"] == "memento"]
+        # Example 29: the version's hash, length and type are those of the entry.
+        assert (memento["hash"], memento["length"], memento["type"]) == (meta["hash"], meta["length"], meta["type"])
+        assert memento["modified"]
+        assert link(entry, "timegate") and link(entry, "timemap")
+        status, body, response = fetch(path_of(memento["href"]))
+        assert status == 200 and body == content
+        assert response["Content-Type"] == meta["type"]
+        assert response["ETag"] == f'"{hashlib.sha256(content).hexdigest()}"'
+        assert "immutable" in response["Cache-Control"]
+        assert response["Memento-Datetime"]
+        assert f'<{uri}>; rel="original"' in response["Link"]
+        # Immutable: a conditional GET is answered 304 without the bytes.
+        again = fetch(path_of(memento["href"]), **{"If-None-Match": response["ETag"]})
+        assert again[0] == 304
+    # The current file is the second version; the first is still served from the store.
+    assert upload.file.read() == VERSIONS[1]
+
+
+def test_the_timemap_lists_the_mementos_and_the_timegate_redirects_to_the_one_of_a_datetime(rewritten):
+    resource_set, upload = rewritten
+    uri = resource_set.resources.get(object_pk=str(upload.pk)).uri
+    found = change_entries(resource_set, uri)
+    hrefs = [next(ln["href"] for ln in links(e) if ln["rel"] == "memento") for e in found]
+    status, body, response = fetch(path_of(link(found[0], "timemap")))
+    assert status == 200 and response["Content-Type"] == "application/link-format"
+    text = body.decode()
+    assert f'<{uri}>;rel="original"' in text
+    assert f'<{hrefs[0]}>;rel="first memento"' in text and f'<{hrefs[1]}>;rel="last memento"' in text
+    dates = [fetch(path_of(href))[2]["Memento-Datetime"] for href in hrefs]
+    assert dates[0] != dates[1]
+
+    timegate = path_of(link(found[0], "timegate"))
+    first, second = (email.utils.parsedate_to_datetime(date) for date in dates)
+    for wanted, expected in ((first, 0), (second, 1), (first.replace(year=first.year - 1), 0), (None, 1)):
+        headers = {} if wanted is None else {"Accept-Datetime": email.utils.format_datetime(wanted, usegmt=True)}
+        status, _body, response = fetch(timegate, **headers)
+        assert status == 302 and response["Location"] == hrefs[expected], (wanted, response["Location"])
+        assert response["Vary"] == "accept-datetime"
+    assert fetch(timegate, **{"Accept-Datetime": "yesterday at noon"})[0] == 400
+
+
+def test_resource_list_entries_link_their_timegate_and_timemap(rewritten):
+    resource_set, upload = rewritten
+    rebuild_set(resource_set)
+    listed = resource_list_entries(resource_set)
+    assert listed and all(link(e, "timegate") and link(e, "timemap") for e in listed)
+
+
+def test_a_resource_made_private_has_no_memento_timemap_or_timegate_any_more(rewritten, committing):
+    resource_set, upload = rewritten
+    uri = resource_set.resources.get(object_pk=str(upload.pk)).uri
+    [entry, _] = change_entries(resource_set, uri)
+    memento = path_of(next(ln["href"] for ln in links(entry) if ln["rel"] == "memento"))
+    assert fetch(memento)[0] == 200
+    with committing():
+        Item.objects.filter(pk=upload.item_id).update(is_public=False)
+        from django_resourcesync import tracking
+
+        tracking.changed(Item.objects.filter(pk=upload.item_id))
+    for path in (memento, path_of(link(entry, "timemap")), path_of(link(entry, "timegate"))):
+        assert fetch(path)[0] == 404, path
+
+
+def test_a_set_that_does_not_publish_prior_versions_links_none(seed, committing, documents_storage):
+    resource_set = demo_set("bitstreams")
+    with committing():
+        seed(1)
+    rebuild_set(resource_set)
+    upload = ItemFile.objects.order_by("pk").first()
+    with committing():
+        upload.file.save("again.txt", ContentFile(b"again"))
+    [entry] = change_entries(resource_set, resource_set.resources.get(object_pk=str(upload.pk)).uri)
+    assert link(entry, "memento") is None and link(entry, "timemap") is None
+    assert fetch(f"/resourcesync/{resource_set.slug}/timemap/{upload.pk}")[0] == 404
