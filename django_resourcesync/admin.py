@@ -5,11 +5,12 @@ from django.core.exceptions import FieldError, ImproperlyConfigured, ValidationE
 from django.db import DatabaseError, transaction
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
+from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from . import capabilities, uris
+from . import capabilities, uris, versions
 from .capabilities import CAPABILITY_CHOICES
 from .models import (
     Build,
@@ -123,7 +124,15 @@ class ResourceSetAdmin(admin.ModelAdmin):
                 described = capability.builder.describe(obj)
                 if described is not None:
                     rows.append((uris.document_uri(obj, capability.document), capability.name, described))
-        return format_html("<ul>{}</ul>", format_html_join("", '<li><a href="{}">{}</a> {}</li>', rows))
+        listed = format_html("<ul>{}</ul>", format_html_join("", '<li><a href="{}">{}</a> {}</li>', rows))
+        held = versions.held(obj)
+        if held is None:
+            return listed
+        return format_html(
+            "{}<p>{}</p>", listed,
+            _("Version store: %(versions)d version(s), %(size)s, of %(changes)d change(s).")
+            % {"versions": held["versions"], "size": filesizeformat(held["bytes"]), "changes": held["changes"]},
+        )
 
     @admin.action(description=_("Rebuild the selected sets now"), permissions=["change"])
     def rebuild(self, request, queryset):

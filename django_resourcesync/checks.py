@@ -11,7 +11,7 @@ from django.db import DatabaseError
 from django.http.request import validate_host
 from django.urls import NoReverseMatch, reverse
 
-from . import capabilities
+from . import capabilities, versions
 from .conf import DEFAULTS, app_settings, source_module_errors
 from .links import problems as link_problems
 from .models import ResourceSet
@@ -234,6 +234,18 @@ def check_sets(app_configs=None, databases=None, **kwargs):
                     "built meanwhile.",
                     obj=resource_set,
                     id="resourcesync.W008",
+                )
+            )
+        if resource_set.prior_versions and not versions.publishes(resource_set):
+            why = ("RESOURCESYNC['KEEP_VERSIONS'] is off" if not app_settings.KEEP_VERSIONS
+                   else f"its source {resource_set.source!r} gives no bytes (neither file() nor content())")
+            errors.append(
+                Warning(
+                    f"Resource set {resource_set.slug!r} is to publish prior versions, but {why}: it publishes none.",
+                    hint="Turn KEEP_VERSIONS on (the version store keeps the bytes of each change), or untick "
+                    "\"prior versions\" on the set in the admin.",
+                    obj=resource_set,
+                    id="resourcesync.W009",
                 )
             )
         if resource_set.base_url and app_settings.BASE_URL and resource_set.base_url != app_settings.BASE_URL:

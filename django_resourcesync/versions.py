@@ -25,7 +25,7 @@ import tempfile
 from django.core.files import File
 from django.core.files.storage import FileSystemStorage
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Count, Exists, OuterRef, Sum
 from django.utils import timezone
 
 from . import bulk, storage
@@ -55,6 +55,17 @@ def keeps(resource_set):
 
     wanted = resource_set.has_capability(CHANGEDUMP) or resource_set.prior_versions
     return bool(app_settings.KEEP_VERSIONS) and wanted and resource_set.get_source().gives_bytes
+
+
+def held(resource_set):
+    """What the store holds for the set's changes: ``{"versions", "bytes", "changes"}`` (a
+    version shared with another set counts for both), or ``None`` if the set keeps none."""
+    if not keeps(resource_set):
+        return None
+    digests = ChangeEvent.objects.filter(resource_set=resource_set).exclude(sha256="").values("sha256")
+    kept = Version.objects.filter(sha256__in=digests).aggregate(versions=Count("pk"), bytes=Sum("length"))
+    changes = ChangeEvent.objects.filter(resource_set=resource_set, sha256__in=Version.objects.values("sha256")).count()
+    return {"versions": kept["versions"], "bytes": kept["bytes"] or 0, "changes": changes}
 
 
 def publishes(resource_set):

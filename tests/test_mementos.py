@@ -129,3 +129,21 @@ def test_a_set_that_does_not_publish_prior_versions_links_none(seed, committing,
     [entry] = change_entries(resource_set, resource_set.resources.get(object_pk=str(upload.pk)).uri)
     assert link(entry, "memento") is None and link(entry, "timemap") is None
     assert fetch(f"/resourcesync/{resource_set.slug}/timemap/{upload.pk}")[0] == 404
+
+
+def test_a_set_asked_for_prior_versions_it_cannot_publish_is_a_warning_with_a_hint(db, settings):
+    from django_resourcesync.checks import check_sets
+
+    resource_set = demo_set("bitstreams")
+    resource_set.prior_versions = True
+    resource_set.save()
+    assert not [e for e in check_sets(databases=["default"]) if e.id == "resourcesync.W009"]
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "KEEP_VERSIONS": False}
+    [warning] = [e for e in check_sets(databases=["default"]) if e.id == "resourcesync.W009"]
+    assert "KEEP_VERSIONS" in warning.msg and warning.hint
+
+
+def test_the_admin_says_what_the_version_store_holds_for_the_set(rewritten, admin_client):
+    resource_set, _upload = rewritten
+    page = admin_client.get(f"/admin/resourcesync/resourceset/{resource_set.pk}/change/").content.decode()
+    assert "Version store: 2 version(s)" in page and "of 2 change(s)" in page
