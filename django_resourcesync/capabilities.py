@@ -26,6 +26,8 @@ RESOURCEDUMP = "resourcedump"
 CHANGEDUMP = "changedump"
 RESOURCEDUMP_MANIFEST = "resourcedump-manifest"
 CHANGEDUMP_MANIFEST = "changedump-manifest"
+RESOURCELIST_ARCHIVE = "resourcelist-archive"
+RESOURCEDUMP_ARCHIVE = "resourcedump-archive"
 FRAMEWORK_NOTIFICATION = "framework-notification"
 CHANGE_NOTIFICATION = "change-notification"
 
@@ -50,8 +52,11 @@ class Capability:
 
     @property
     def builder(self):
-        """The builder module (named by path: the table sits below the modules it names)."""
-        return import_module(self.builder_path)
+        """The builder (named by path: the table sits below the modules it names): a module,
+        or ``module:attribute``, an object of the module with the same functions."""
+        module, _, attribute = self.builder_path.partition(":")
+        found = import_module(module)
+        return getattr(found, attribute) if attribute else found
 
     @property
     def folder(self):
@@ -69,12 +74,19 @@ TABLE = (
                in_parts=True, lists_resources=True, needs_bytes=True),
     Capability(CHANGEDUMP, "changedump.xml", _("Change Dump"), "django_resourcesync.builders.changedump", served=LIVE,
                needs_bytes=True),
+    Capability(RESOURCELIST_ARCHIVE, "resourcelist-archive.xml", _("Resource List Archive"),
+               "django_resourcesync.builders.archive:resourcelist", served=LIVE, build_lock=False),
+    Capability(RESOURCEDUMP_ARCHIVE, "resourcedump-archive.xml", _("Resource Dump Archive"),
+               "django_resourcesync.builders.archive:resourcedump", served=LIVE, build_lock=False),
     Capability(FRAMEWORK_NOTIFICATION, "framework-notification", _("Framework Notification"),
                "django_resourcesync.builders.channel", served=LIVE, build_lock=False, channel=True),
     Capability(CHANGE_NOTIFICATION, "change-notification", _("Change Notification"),
                "django_resourcesync.builders.channel", served=LIVE, build_lock=False, channel=True),
 )
 BY_NAME = {capability.name: capability for capability in TABLE}
+
+#: Each archive capability, and the capability whose documents it archives.
+ARCHIVES = {RESOURCELIST_ARCHIVE: RESOURCELIST, RESOURCEDUMP_ARCHIVE: RESOURCEDUMP}
 
 # The capabilities a set can offer, for model and form choices.
 CAPABILITY_CHOICES = [(capability.name, capability.label) for capability in TABLE]

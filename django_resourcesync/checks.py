@@ -162,6 +162,7 @@ def check_settings(app_configs=None, **kwargs):
             )
         )
     errors += _hub_errors()
+    errors += _archive_errors()
     try:
         reverse("resourcesync:source-description")
     except NoReverseMatch:
@@ -388,6 +389,28 @@ def _fingerprint_field_errors(registry):
                 )
             )
     return errors
+
+
+def _archive_errors():
+    """E025: ARCHIVE_RETENTION, {capability: {"count": n or None, "age": seconds or None}}."""
+    rules = app_settings.ARCHIVE_RETENTION
+    known = set(capabilities.ARCHIVES.values())
+
+    def whole(value, least):
+        return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= least)
+
+    if not isinstance(rules, Mapping) or not set(rules) <= known or not all(
+        isinstance(rule, Mapping) and set(rule) <= {"count", "age"} and whole(rule.get("count"), 1)
+        and whole(rule.get("age"), 1)
+        for rule in rules.values()
+    ):
+        return [Error(
+            f"RESOURCESYNC['ARCHIVE_RETENTION'] = {rules!r} is not a retention per archived capability.",
+            hint=f"Give {{capability: {{\"count\": n, \"age\": seconds}}}} for capabilities among {', '.join(sorted(known))}; "
+                 "count at least 1, age at least 1 second, or None for no limit.",
+            id="resourcesync.E025",
+        )]
+    return []
 
 
 def _hub_errors():

@@ -38,6 +38,13 @@ DEFAULTS = {
     # Builds of each capability kept in storage after they are replaced, so that a Destination
     # that fetched an index just before a switch-over can still fetch its parts.
     "KEEP_BUILDS": 1,
+    # What a set that offers an archive keeps of the capability it archives: "count" (how many
+    # builds, the current one included) and "age" (seconds); None for no limit. What leaves the
+    # archive leaves storage.
+    "ARCHIVE_RETENTION": {
+        "resourcelist": {"count": 30, "age": None},
+        "resourcedump": {"count": 3, "age": None},
+    },
     # Seconds a build lock lasts if its holder dies without releasing it (it is renewed while
     # the build runs).
     "BUILD_LOCK_TIMEOUT": 600,

@@ -16,7 +16,7 @@ W3C_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 CAPABILITIES = {
     "resourcelist", "changelist", "resourcedump", "changedump",
     "resourcedump-manifest", "changedump-manifest", "capabilitylist", "description",
-    "framework-notification", "change-notification",
+    "framework-notification", "change-notification", "resourcelist-archive", "resourcedump-archive",
 }
 AT_DOCUMENTS = {"resourcelist", "resourcedump", "resourcedump-manifest"}
 FROM_DOCUMENTS = {"changelist", "changedump", "changedump-manifest"}
@@ -122,6 +122,9 @@ def check_document(xml_bytes, capability, *, max_entries=50_000):
             # Section 3: what changed, of which document; never an index (one under an index links it).
             assert meta.get("change") in ("created", "updated", "deleted") and meta.get("capability") in CAPABILITIES, meta
             assert not loc.endswith("changelist.xml") or link(item, "index") is None
+        elif capability.endswith("-archive") and doc.tag == f"{{{SM}}}urlset":
+            # An archived snapshot: when it was taken, and finished.
+            assert "at" in meta and "completed" in meta and meta["at"] <= meta["completed"], meta
         elif capability == "change-notification":
             assert meta.get("change") in ("created", "updated", "deleted") and "datetime" in meta, meta
         if "hash" in meta:

@@ -11,10 +11,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from .. import capabilities, storage, tracking, uris
-from ..conf import app_settings
 from ..exceptions import BuildAbandoned
 from ..models import Build, Document, LeftOut, ResourceSet
 from ..xml.writer import w3c_datetime
+from .archive import stale_builds
 
 logger = logging.getLogger(__name__)
 
@@ -141,11 +141,9 @@ class BuildContext:
             build.report = report
             build.finished = timezone.now()
             build.save()
-            stale = Build.objects.filter(
-                resource_set=self.resource_set, capability=self.capability, status=Build.Status.RETIRED
-            ).order_by("-pk")[app_settings.KEEP_BUILDS :]
-            # Their files leave storage once this commits (see signals.py).
-            Build.objects.filter(pk__in=list(stale.values_list("pk", flat=True))).delete()
+            # Past KEEP_BUILDS, or past the archive's retention where the set offers one. Their
+            # files leave storage once this commits (see signals.py).
+            Build.objects.filter(pk__in=stale_builds(self.resource_set, self.capability)).delete()
         return build
 
     def fail(self, exc):
