@@ -5,7 +5,7 @@ A set that publishes prior versions (``ResourceSet.prior_versions``, with the ve
 
 - each **memento** (``/resourcesync/<slug>/memento/<datetime>/<key>``: the state a ``created`` or
   ``updated`` change left, at the datetime of that change) serves exactly those bytes, with the
-  type they had, as an immutable resource (``ETag`` the sha-256, a year of caching), with
+  type they had, as an immutable resource (``ETag`` the sha-256, cacheable for a day), with
   ``Memento-Datetime`` and links to its original resource, TimeGate and TimeMap;
 - each resource's **TimeMap** (``/resourcesync/<slug>/timemap/<key>``, ``application/link-format``)
   lists its mementos, oldest first;
@@ -36,8 +36,9 @@ from .xml.writer import hash_value, ln_element, w3c_datetime
 
 LINK_FORMAT = "application/link-format"
 STAMP = "%Y%m%d%H%M%S%f"
-#: An immutable memento may be cached for a year (RFC 9111's longest customary max-age).
-IMMUTABLE = "public, max-age=31536000, immutable"
+#: A memento's bytes never change, so caches need not ask again; but a resource may leave the
+#: set (made private), after which its mementos must stop being served: a day, not a year.
+IMMUTABLE = "public, max-age=86400, immutable"
 
 
 def _uri(name, resource_set, key, **kwargs):

@@ -1,6 +1,7 @@
 """The version store: the bytes each change left, kept by their sha-256.
 
-When change tracking processes a change of a resource whose set offers a Change Dump, it reads the
+When change tracking processes a change of a resource whose set offers a Change Dump or publishes
+prior versions (:func:`keeps`), it reads the
 resource's bytes once: it hashes them for the change event and, on the way, writes them into the
 documents' storage under ``<STORAGE_PREFIX>/versions/<sha-256>`` (split in two folder levels). Bytes
 are content-addressed: a thousand changes that leave the same bytes share one copy, and a file
@@ -11,7 +12,9 @@ left, whatever the resource became since.
 
 Bytes are kept while a change event refers to them (events go with their Change List, after
 ``CHANGELIST_RETENTION``), then :func:`collect` removes them. ``KEEP_VERSIONS`` turns the store off.
-Nothing here is served: packages are, and what leaves a set is withdrawn from them.
+The store itself is not served: packages are packed from it, and the mementos of a set that
+publishes prior versions (:mod:`django_resourcesync.mementos`) are served from it while their
+resource is in the set; what leaves a set is withdrawn from both, and its bytes forgotten.
 """
 
 import contextlib
@@ -228,8 +231,9 @@ def collect(*, grace=None, now=None, batch_size=1000):
 
 def forget_withdrawn(resource_set, keys):
     """Remove the kept bytes of the changes of resources that have just left the set (made
-    private, deleted), unless a change of another resource refers to them too: the store is not
-    served, but its files must not outlive what may be shown (a public bucket, say). Called
+    private, deleted), unless a change of another resource refers to them too: their mementos
+    are no longer served, and the files must not outlive what may be shown (a public bucket,
+    say). Called
     under the set's lock, in the transaction of their deletion."""
     events = bulk.filter_in(ChangeEvent.objects.filter(resource_set=resource_set).exclude(sha256=""), "object_pk", keys)
     digests = set(events.values_list("sha256", flat=True))
