@@ -28,6 +28,8 @@ RESOURCEDUMP_MANIFEST = "resourcedump-manifest"
 CHANGEDUMP_MANIFEST = "changedump-manifest"
 RESOURCELIST_ARCHIVE = "resourcelist-archive"
 RESOURCEDUMP_ARCHIVE = "resourcedump-archive"
+CHANGELIST_ARCHIVE = "changelist-archive"
+CHANGEDUMP_ARCHIVE = "changedump-archive"
 FRAMEWORK_NOTIFICATION = "framework-notification"
 CHANGE_NOTIFICATION = "change-notification"
 
@@ -78,6 +80,10 @@ TABLE = (
                "django_resourcesync.builders.archive:resourcelist", served=LIVE, build_lock=False),
     Capability(RESOURCEDUMP_ARCHIVE, "resourcedump-archive.xml", _("Resource Dump Archive"),
                "django_resourcesync.builders.archive:resourcedump", served=LIVE, build_lock=False),
+    Capability(CHANGELIST_ARCHIVE, "changelist-archive.xml", _("Change List Archive"),
+               "django_resourcesync.builders.archive:changelist", served=LIVE, build_lock=False),
+    Capability(CHANGEDUMP_ARCHIVE, "changedump-archive.xml", _("Change Dump Archive"),
+               "django_resourcesync.builders.archive:changedump", served=LIVE, build_lock=False),
     Capability(FRAMEWORK_NOTIFICATION, "framework-notification", _("Framework Notification"),
                "django_resourcesync.builders.channel", served=LIVE, build_lock=False, channel=True),
     Capability(CHANGE_NOTIFICATION, "change-notification", _("Change Notification"),
@@ -86,7 +92,10 @@ TABLE = (
 BY_NAME = {capability.name: capability for capability in TABLE}
 
 #: Each archive capability, and the capability whose documents it archives.
-ARCHIVES = {RESOURCELIST_ARCHIVE: RESOURCELIST, RESOURCEDUMP_ARCHIVE: RESOURCEDUMP}
+ARCHIVES = {
+    RESOURCELIST_ARCHIVE: RESOURCELIST, RESOURCEDUMP_ARCHIVE: RESOURCEDUMP,
+    CHANGELIST_ARCHIVE: CHANGELIST, CHANGEDUMP_ARCHIVE: CHANGEDUMP,
+}
 
 # The capabilities a set can offer, for model and form choices.
 CAPABILITY_CHOICES = [(capability.name, capability.label) for capability in TABLE]

@@ -44,6 +44,10 @@ DEFAULTS = {
     "ARCHIVE_RETENTION": {
         "resourcelist": {"count": 30, "age": None},
         "resourcedump": {"count": 3, "age": None},
+        # Change Lists and Change Dump packages leave the live log after CHANGELIST_RETENTION;
+        # their archives keep them (without their change events) this long after their until.
+        "changelist": {"count": None, "age": 365 * 86400},
+        "changedump": {"count": None, "age": 365 * 86400},
     },
     # Seconds a build lock lasts if its holder dies without releasing it (it is renewed while
     # the build runs).
@@ -144,6 +148,13 @@ class AppSettings:
 
 
 app_settings = AppSettings()
+
+
+def archive_retention(capability):
+    """``(count, age)`` of ``ARCHIVE_RETENTION`` for the archived ``capability``: how many of
+    its documents (the current ones included) and how old (seconds); ``None`` for no limit."""
+    rule = (app_settings.ARCHIVE_RETENTION or {}).get(capability) or {}
+    return rule.get("count"), rule.get("age")
 
 
 def _reload(*, setting, **kwargs):

@@ -179,6 +179,11 @@ class ChangeList(models.Model):
     storage_name = models.CharField(max_length=1024, blank=True)
     size = models.PositiveBigIntegerField(default=0)
     sha256 = models.CharField(max_length=64, blank=True)
+    archived = models.DateTimeField(
+        null=True, blank=True,
+        help_text=_("When it left the Change List Index (past CHANGELIST_RETENTION), kept for the Change List Archive; "
+                    "its change events are gone."),
+    )
 
     class Meta:
         ordering = ["resource_set", "number"]
@@ -324,6 +329,16 @@ class ChangeDumpPackage(models.Model):
         null=True, blank=True,
         help_text=_("When its files were withdrawn (they held the bytes of an object that is no longer public); "
                     "it is packed again."),
+    )
+    archived = models.DateTimeField(
+        null=True, blank=True,
+        help_text=_("When it left the Change Dump (its changes are past CHANGELIST_RETENTION), kept for the Change Dump "
+                    "Archive."),
+    )
+    keys = models.JSONField(
+        default=list, blank=True,
+        help_text=_("Of an archived package: the objects whose bytes it holds (its change events are gone), so that it is "
+                    "withdrawn when one of them leaves the set."),
     )
 
     class Meta:

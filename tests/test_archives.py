@@ -13,6 +13,12 @@ from .helpers import fetch, path_of
 from .xmlcheck import SM, check_document, entries, md
 
 
+def w3c(moment):
+    from django_resourcesync.xml.writer import w3c_datetime
+
+    return w3c_datetime(moment)
+
+
 @pytest.fixture
 def committing(django_capture_on_commit_callbacks):
     return lambda: django_capture_on_commit_callbacks(execute=True)
@@ -122,3 +128,108 @@ def test_a_malformed_archive_retention_is_a_system_check_error_with_a_hint(setti
     settings.RESOURCESYNC = {**settings.RESOURCESYNC, "ARCHIVE_RETENTION": rules}
     [error] = [e for e in check_settings() if e.id == "resourcesync.E025"]
     assert error.hint
+
+
+def age_the_log(resource_set, days, closing=True):
+    """Close the open list now (if ``closing``), then run the hourly task as if ``days`` had passed."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_resourcesync import tracking
+    from django_resourcesync.tracking.changelog import close, close_due
+
+    with tracking.locked(resource_set):
+        open_list = resource_set.changelists.filter(until__isnull=True).first()
+        if closing and open_list is not None and open_list.entries:
+            close(open_list, timezone.now())
+        close_due(resource_set, now=timezone.now() + timedelta(days=days))
+
+
+def test_the_change_list_archive_keeps_lists_that_left_the_index_and_serves_them_as_they_were(
+    seed, committing, documents_storage, settings
+):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "CHANGELIST_RETENTION": 30 * 86400}
+    resource_set = demo_set("metadata")
+    resource_set.capabilities = ["resourcelist", "changelist", "changelist-archive"]
+    resource_set.save()
+    with committing():
+        seed(2)
+    rebuild_set(resource_set)
+    retitle(Item.objects.order_by("pk").first(), "A change of the first list", committing)
+    with committing():
+        age_the_log(resource_set, days=0)
+    first = resource_set.changelists.get(number=1)
+    before = fetch(f"/resourcesync/{resource_set.slug}/changelist/1.xml")[1]
+    check_document(before, "changelist")
+    retitle(Item.objects.order_by("pk").last(), "A change of the second list", committing)
+    with committing():
+        # A month on, both lists are past retention (the second closed at its period's end):
+        # the log goes on in a third, open and empty.
+        age_the_log(resource_set, days=31, closing=False)
+    first.refresh_from_db()
+    assert first.archived is not None and not first.changes.exists()
+    # It left the Change List Index, it is in the archive, and it is served as it was.
+    status, body, _ = fetch(f"/resourcesync/{resource_set.slug}/changelist.xml")
+    assert status == 200
+    live = check_document(body, "changelist")  # the open list alone: no index
+    third = resource_set.changelists.get(until__isnull=True)
+    assert live.tag == f"{{{SM}}}urlset" and md(live)["from"] == w3c(third.from_time)
+    assert resource_set.changelists.filter(archived__isnull=False).count() == 2
+    listed = archive(resource_set, "changelist")
+    assert [loc.rsplit("/", 1)[1] for loc, _meta in listed] == ["1.xml", "2.xml", f"{third.number}.xml"]
+    assert listed[0][1]["until"] and listed[0][1]["from"] <= listed[0][1]["until"]
+    assert fetch(path_of(listed[0][0]))[1] == before
+    # Past the archive's own retention, it goes, with its file.
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "ARCHIVE_RETENTION": {"changelist": {"count": None, "age": 86400}}}
+    with committing():
+        age_the_log(resource_set, days=400)
+    assert not resource_set.changelists.filter(number=1).exists()
+    assert not (documents_storage / first.storage_name).exists()
+    assert fetch(f"/resourcesync/{resource_set.slug}/changelist/1.xml")[0] == 404
+
+
+def test_the_change_dump_archive_keeps_packages_past_retention_until_they_hold_what_is_no_longer_public(
+    seed, committing, documents_storage, settings
+):
+    from django_resourcesync.builders import changedump
+
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "CHANGELIST_RETENTION": 30 * 86400}
+    resource_set = demo_set("metadata")
+    resource_set.capabilities = ["resourcelist", "changelist", "changedump", "changedump-archive"]
+    resource_set.save()
+    with committing():
+        seed(2)
+    rebuild_set(resource_set)
+    item = Item.objects.filter(is_public=True).order_by("pk").first()
+    retitle(item, "Packed, then archived", committing)
+    with committing():
+        package = changedump.package_changes(resource_set)
+    zipped = fetch(f"/resourcesync/{resource_set.slug}/{changedump.package_name(package.number)}")[1]
+    with committing():
+        age_the_log(resource_set, days=31)
+    package.refresh_from_db()
+    assert package.archived is not None and package.keys == [str(item.pk)]
+    assert fetch(f"/resourcesync/{resource_set.slug}/changedump.xml")[0] == 404  # no live package left
+    [(loc, meta)] = archive(resource_set, "changedump")
+    assert meta["from"] and meta["until"] and meta["type"] == "application/zip"
+    assert fetch(path_of(loc))[1] == zipped
+    # Its item is made private: the package is withdrawn, from the archive too.
+    with committing():
+        item.is_public = False
+        item.save()
+    assert fetch(path_of(loc))[0] == 410
+    assert fetch(f"/resourcesync/{resource_set.slug}/changedump-archive.xml")[0] == 404
+
+
+def test_without_an_archive_the_lists_past_retention_go_as_before(seed, committing, documents_storage, settings):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "CHANGELIST_RETENTION": 30 * 86400}
+    resource_set = demo_set("metadata")
+    with committing():
+        seed(1)
+    rebuild_set(resource_set)
+    retitle(Item.objects.order_by("pk").first(), "Gone with its list", committing)
+    with committing():
+        age_the_log(resource_set, days=0)
+        age_the_log(resource_set, days=31)
+    assert not resource_set.changelists.filter(number=1).exists()

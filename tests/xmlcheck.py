@@ -17,6 +17,7 @@ CAPABILITIES = {
     "resourcelist", "changelist", "resourcedump", "changedump",
     "resourcedump-manifest", "changedump-manifest", "capabilitylist", "description",
     "framework-notification", "change-notification", "resourcelist-archive", "resourcedump-archive",
+    "changelist-archive", "changedump-archive",
 }
 AT_DOCUMENTS = {"resourcelist", "resourcedump", "resourcedump-manifest"}
 FROM_DOCUMENTS = {"changelist", "changedump", "changedump-manifest"}
@@ -122,9 +123,12 @@ def check_document(xml_bytes, capability, *, max_entries=50_000):
             # Section 3: what changed, of which document; never an index (one under an index links it).
             assert meta.get("change") in ("created", "updated", "deleted") and meta.get("capability") in CAPABILITIES, meta
             assert not loc.endswith("changelist.xml") or link(item, "index") is None
-        elif capability.endswith("-archive") and doc.tag == f"{{{SM}}}urlset":
+        elif capability in ("resourcelist-archive", "resourcedump-archive") and doc.tag == f"{{{SM}}}urlset":
             # An archived snapshot: when it was taken, and finished.
             assert "at" in meta and "completed" in meta and meta["at"] <= meta["completed"], meta
+        elif capability in ("changelist-archive", "changedump-archive") and doc.tag == f"{{{SM}}}urlset":
+            # An archived list or package of changes: the interval it covers.
+            assert "from" in meta and "at" not in meta and meta.get("until", meta["from"]) >= meta["from"], meta
         elif capability == "change-notification":
             assert meta.get("change") in ("created", "updated", "deleted") and "datetime" in meta, meta
         if "hash" in meta:

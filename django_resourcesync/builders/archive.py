@@ -13,62 +13,53 @@ A Resource Dump build that held the bytes of a resource that is no longer public
 at once (see :mod:`~django_resourcesync.builders.withdrawal`): it leaves the archive too.
 """
 
-import datetime
 import io
 import re
 
-from django.utils import timezone
-
 from .. import capabilities, heads, uris
 from ..conf import app_settings
-from ..models import Build, Document
+from ..models import Build, ChangeList, Document
 from ..served import GONE, Served
+from ..tracking import changelog
 from ..xml.writer import DocumentWriter, url_element, w3c_datetime
+from . import changedump as changedumps
 
 ARCHIVED = capabilities.ARCHIVES
 _MEMBER = re.compile(r"^(?P<build>[0-9]+)\.xml$")
 _PART = re.compile(r"^part-(?P<number>[0-9]+)\.xml$")
 
 
-def archive_of(capability):
-    """The archive capability of ``capability`` (``resourcelist`` -> ``resourcelist-archive``), or ``None``."""
-    return next((archive for archive, archived in ARCHIVED.items() if archived == capability), None)
-
-
-def retention(capability):
-    """``(count, age)`` of ``ARCHIVE_RETENTION`` for the archived ``capability``: how many
-    builds (the current one included) and how old (seconds); ``None`` for no limit."""
-    rule = (app_settings.ARCHIVE_RETENTION or {}).get(capability) or {}
-    return rule.get("count"), rule.get("age")
-
-
-def stale_builds(resource_set, capability, now=None):
-    """The retired builds of ``capability`` the set no longer keeps: past ``KEEP_BUILDS``, and,
-    if the set offers the capability's archive, past its retention too."""
-    retired = list(
-        Build.objects.filter(resource_set=resource_set, capability=capability, status=Build.Status.RETIRED)
-        .order_by("-pk").values_list("pk", "at")
-    )
-    archive = archive_of(capability)
-    if archive is None or not resource_set.has_capability(archive):
-        return [pk for pk, _at in retired[app_settings.KEEP_BUILDS :]]
-    count, age = retention(capability)
-    cutoff = (now or timezone.now()) - datetime.timedelta(seconds=age) if age is not None else None
-    stale = []
-    for position, (pk, at) in enumerate(retired):
-        if position < app_settings.KEEP_BUILDS:
-            continue  # kept for Destinations that fetched an index just before a switch-over
-        # ``count`` includes the published build.
-        if (count is not None and position + 1 >= count) or (cutoff is not None and at < cutoff):
-            stale.append(pk)
-    return stale
-
-
 def _kept(resource_set, capability):
+    """What the set keeps of ``capability``, oldest first: builds of a snapshot (the published
+    one too), every Change List (those that left the index too), every Change Dump package (but
+    those withdrawn)."""
+    if capability == capabilities.CHANGELIST:
+        return list(resource_set.changelists.order_by("number"))
+    if capability == capabilities.CHANGEDUMP:
+        return list(resource_set.changedump_packages.filter(withdrawn__isnull=True).order_by("number"))
     return list(
         Build.objects.filter(resource_set=resource_set, capability=capability,
                              status__in=[Build.Status.PUBLISHED, Build.Status.RETIRED]).order_by("pk")
     )
+
+
+def _changed(member):
+    """When an archived document was last written."""
+    if isinstance(member, Build):
+        return member.finished or member.at
+    if isinstance(member, ChangeList):
+        return member.last_datetime or member.from_time
+    return member.written
+
+
+def _entry(resource_set, archive, member):
+    if isinstance(member, Build):
+        md = {"at": w3c_datetime(member.at), "completed": w3c_datetime(member.completed) if member.completed else None}
+        return url_element(uris.document_uri(resource_set, member_name(archive, member)), md=md)
+    if isinstance(member, ChangeList):
+        md = {"from": w3c_datetime(member.from_time), "until": w3c_datetime(member.until) if member.until else None}
+        return url_element(uris.document_uri(resource_set, changelog.part_name(member.number)), md=md)
+    return changedumps.package_entry(resource_set, member)
 
 
 def member_name(archive, build):
@@ -79,11 +70,10 @@ def part_name(archive, number):
     return f"{capabilities.get(archive).folder}/part-{number}.xml"
 
 
-def _render(resource_set, archive, builds, *, index=False):
+def _render(resource_set, archive, members, *, index=False):
     writer = DocumentWriter()
-    for build in builds:
-        md = {"at": w3c_datetime(build.at), "completed": w3c_datetime(build.completed) if build.completed else None}
-        writer.add(url_element(uris.document_uri(resource_set, member_name(archive, build)), md=md))
+    for member in members:
+        writer.add(_entry(resource_set, archive, member))
     md, links = heads.head(resource_set, archive, indexed_by=archive if index else None)
     out = io.BytesIO()
     writer.finish(out, md=md, links=links)
@@ -93,15 +83,15 @@ def _render(resource_set, archive, builds, *, index=False):
 def render(resource_set, archive, name):
     """``(bytes, last_modified)`` of the archive document ``name`` (the archive, its index, or
     one of its parts); ``None`` if there is none."""
-    builds = _kept(resource_set, ARCHIVED[archive])
-    if not builds:
+    members = _kept(resource_set, ARCHIVED[archive])
+    if not members:
         return None
-    last_modified = max(build.finished or build.at for build in builds)
+    last_modified = max(_changed(member) for member in members)
     limit = app_settings.MAX_ENTRIES_PER_DOCUMENT
-    parts = [builds[start : start + limit] for start in range(0, len(builds), limit)]
+    parts = [members[start : start + limit] for start in range(0, len(members), limit)]
     main = capabilities.get(archive).document
     if len(parts) == 1:
-        return (_render(resource_set, archive, builds), last_modified) if name == main else None
+        return (_render(resource_set, archive, members), last_modified) if name == main else None
     if name == main:
         index = DocumentWriter(root="sitemapindex")
         for number in range(1, len(parts) + 1):
@@ -137,17 +127,22 @@ def serve(resource_set, name, archive):
 
 
 def published(resource_set, archive):
-    """When the archive last changed (its newest build finished); ``None`` while it is empty."""
-    build = _kept(resource_set, ARCHIVED[archive])[-1:]
-    return (build[0].finished or build[0].at) if build else None
+    """When the archive last changed; ``None`` while it is empty."""
+    members = _kept(resource_set, ARCHIVED[archive])
+    return max(_changed(member) for member in members) if members else None
 
 
 def describe(resource_set, archive):
     kept = _kept(resource_set, ARCHIVED[archive])
     if not kept:
         return None
-    size = sum(Document.objects.filter(build__in=kept, withdrawn__isnull=True).values_list("size", flat=True))
-    return f"{len(kept)} archived build(s), {size} bytes, since {kept[0].at:%Y-%m-%d %H:%M:%S}Z"
+    if isinstance(kept[0], Build):
+        size = sum(Document.objects.filter(build__in=kept, withdrawn__isnull=True).values_list("size", flat=True))
+    elif isinstance(kept[0], ChangeList):
+        size = sum(member.size for member in kept)
+    else:
+        size = sum(member.size + member.manifest_size for member in kept)
+    return f"{len(kept)} archived document(s), {size} bytes"
 
 
 class Archive:
@@ -171,3 +166,5 @@ class Archive:
 
 resourcelist = Archive(capabilities.RESOURCELIST_ARCHIVE)
 resourcedump = Archive(capabilities.RESOURCEDUMP_ARCHIVE)
+changelist = Archive(capabilities.CHANGELIST_ARCHIVE)
+changedump = Archive(capabilities.CHANGEDUMP_ARCHIVE)

@@ -230,11 +230,12 @@ def published(resource_set):
 
 
 def _last_modified(resource_set):
-    # A package withdrawn or packed again changes the document too: the newest of those dates.
-    return max(
-        (moment for row in resource_set.changedump_packages.values_list("written", "withdrawn") for moment in row if moment),
-        default=None
-    )
+    # A package withdrawn, packed again or archived changes the document too: the newest of
+    # those dates; None while it has no package (all of them may have gone to its archive).
+    rows = resource_set.changedump_packages.values_list("written", "withdrawn", "archived", flat=False)
+    if not resource_set.changedump_packages.filter(archived__isnull=True).exists():
+        return None
+    return max((moment for row in rows for moment in row if moment), default=None)
 
 
 def update(resource_set, *, progress=None, batch_size=None, parallel=False, lock=None):
@@ -257,17 +258,20 @@ def part_name(number):
     return f"changedump/dump-{number}.xml"
 
 
+def package_entry(resource_set, package):
+    """The ``<url>`` of a package in the Change Dump (and its archive)."""
+    return dump_entry(
+        resource_set,
+        _Doc(package_name(package.number), package.size, package.sha256),
+        _Doc(manifest_name(package.number), package.manifest_size, package.manifest_sha256),
+        {"from": w3c_datetime(package.from_time), "until": w3c_datetime(package.until)},
+    )
+
+
 def _dump_document(resource_set, packages, from_time, *, extended, index):
     writer = DocumentWriter()
     for package in packages:
-        writer.add(
-            dump_entry(
-                resource_set,
-                _Doc(package_name(package.number), package.size, package.sha256),
-                _Doc(manifest_name(package.number), package.manifest_size, package.manifest_sha256),
-                {"from": w3c_datetime(package.from_time), "until": w3c_datetime(package.until)},
-            )
-        )
+        writer.add(package_entry(resource_set, package))
     md, links = heads.head(resource_set, capabilities.CHANGEDUMP, from_=from_time,
                            until=None if extended else packages[-1].until, indexed_by=capabilities.CHANGEDUMP if index else None)
     out = io.BytesIO()
@@ -280,7 +284,7 @@ def render(resource_set, name=NAME):
     Dump Index past ``MAX_ENTRIES_PER_DOCUMENT`` packages) or of one of its parts; ``None`` if
     there is no such document (before the first package, say). A withdrawn package is left out
     until it is packed again (the dump is empty while its only packages are)."""
-    every = list(resource_set.changedump_packages.order_by("number"))
+    every = list(resource_set.changedump_packages.filter(archived__isnull=True).order_by("number"))
     if not every:
         return None
     packages = [package for package in every if package.withdrawn is None]
@@ -340,8 +344,14 @@ def serve(resource_set, name):
 
 def withdraw_packages_holding(resource_set, keys, now=None):
     """Withdraw the set's packages that hold the bytes of a change of one of ``keys``."""
+    # Archived packages (their events are gone) by the keys they were archived with.
+    leaving = {str(key) for key in keys}
+    archived = ChangeDumpPackage.objects.filter(resource_set=resource_set, withdrawn__isnull=True, archived__isnull=False)
+    hit_archived = [pk for pk, held in archived.values_list("pk", "keys") if leaving.intersection(held or ())]
+    if hit_archived:
+        withdraw_packages(ChangeDumpPackage.objects.filter(pk__in=hit_archived), now)
     packages = list(
-        ChangeDumpPackage.objects.filter(resource_set=resource_set, withdrawn__isnull=True)
+        ChangeDumpPackage.objects.filter(resource_set=resource_set, withdrawn__isnull=True, archived__isnull=True)
         .values_list("pk", "first_event", "last_event")
     )
     if not packages:
@@ -372,7 +382,7 @@ def _any_between(ordered, first, last):
 
 def describe(resource_set):
     """What the admin says of it."""
-    packages = resource_set.changedump_packages.order_by("-number")
+    packages = resource_set.changedump_packages.filter(archived__isnull=True).order_by("-number")
     if not packages:
         return None
     return f"{len(packages)} package(s), the latest until {packages[0].until:%Y-%m-%d %H:%M:%S}Z"
@@ -384,8 +394,8 @@ def notice(resource_set):
     last_modified = _last_modified(resource_set)
     if last_modified is None:
         return None
-    count = resource_set.changedump_packages.count()
-    listed = resource_set.changedump_packages.filter(withdrawn__isnull=True).count()
+    count = resource_set.changedump_packages.filter(archived__isnull=True).count()
+    listed = resource_set.changedump_packages.filter(withdrawn__isnull=True, archived__isnull=True).count()
     parts = -(-listed // app_settings.MAX_ENTRIES_PER_DOCUMENT)
     main = uris.document_uri(resource_set, NAME)
     # Past one document, the dump is an index: the part that grows (the last) is told of.

@@ -53,7 +53,7 @@ def _stored(changelist):
 
 def serve(resource_set, name):
     """The :class:`Served` for ``changelist.xml`` or ``changelist/<number>.xml``, or ``None``."""
-    lists = list(resource_set.changelists.order_by("number"))
+    lists = list(resource_set.changelists.filter(archived__isnull=True).order_by("number"))
     if not lists:
         return None
     has_index = len(lists) > 1
@@ -64,6 +64,10 @@ def serve(resource_set, name):
     for changelist in lists:
         if name == part_name(changelist.number):
             return _live(changelist, has_index) if changelist.is_open else _stored(changelist)
+    # A list that left the index for the Change List Archive stays served, as it was.
+    for changelist in resource_set.changelists.filter(archived__isnull=False):
+        if name == part_name(changelist.number):
+            return _stored(changelist)
     return None
 
 
@@ -83,14 +87,14 @@ def published(resource_set):
 
 def describe(resource_set):
     """What the admin says of it."""
-    lists = resource_set.changelists.count()
+    lists = resource_set.changelists.filter(archived__isnull=True).count()
     return f"{resource_set.changes.count()} change(s) in {lists} list(s)" if lists else None
 
 
 def notice(resource_set):
     """What a framework notification tells of it (see push.announce): the newest list, with
     a link to the index once there is one; a new list is a new document (``created``)."""
-    lists = list(resource_set.changelists.order_by("-number")[:2])
+    lists = list(resource_set.changelists.filter(archived__isnull=True).order_by("-number")[:2])
     if not lists:
         return None
     newest = lists[0]

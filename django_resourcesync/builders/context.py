@@ -14,7 +14,7 @@ from .. import capabilities, storage, tracking, uris
 from ..exceptions import BuildAbandoned
 from ..models import Build, Document, LeftOut, ResourceSet
 from ..xml.writer import w3c_datetime
-from .archive import stale_builds
+from .retention import stale_builds
 
 logger = logging.getLogger(__name__)
 

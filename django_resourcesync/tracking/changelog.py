@@ -17,7 +17,7 @@ from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from .. import bulk, capabilities, heads, mementos, storage, versions
-from ..conf import app_settings
+from ..conf import app_settings, archive_retention
 from ..models import Build, ChangeEvent, ChangeList, PendingChange
 from ..xml.writer import DocumentWriter, change_entry, w3c_datetime
 
@@ -194,14 +194,64 @@ def close_due(resource_set, now=None):
         # Deleting a list deletes its events, and its file once the deletion commits; the same
         # goes for Change Dump packages. A package goes with the oldest events it holds: once
         # they are gone, nothing could find it to withdraw it when a resource in it leaves.
-        old_lists = ChangeList.objects.filter(resource_set=resource_set, until__lt=cutoff)
+        # A set that offers the list's or the package's archive keeps it there instead (see
+        # builders.archive), without the events.
+        old_lists = ChangeList.objects.filter(resource_set=resource_set, until__lt=cutoff, archived__isnull=True)
         last_event = ChangeEvent.objects.filter(changelist__in=old_lists).order_by("-id").values_list("id", flat=True).first()
-        old_packages = resource_set.changedump_packages.filter(until__lt=cutoff)
+        live = resource_set.changedump_packages.filter(archived__isnull=True)
+        old_packages = live.filter(until__lt=cutoff)
         if last_event is not None:
-            old_packages = old_packages | resource_set.changedump_packages.filter(first_event__lte=last_event)
+            old_packages = old_packages | live.filter(first_event__lte=last_event)
+        keep_packages = resource_set.has_capability(capabilities.CHANGEDUMP_ARCHIVE)
         for old in old_packages:
-            old.delete()
+            if keep_packages and old.withdrawn is None:
+                archive_package(old, now)
+            else:
+                old.delete()
+        keep_lists = resource_set.has_capability(capabilities.CHANGELIST_ARCHIVE)
         for old in old_lists:
+            if keep_lists and old.storage_name:
+                ChangeEvent.objects.filter(changelist=old).delete()
+                old.archived = now
+                old.save(update_fields=["archived"])
+            else:
+                old.delete()
+    prune_archives(resource_set, now)
+
+
+def archive_package(package, now):
+    """Keep a Change Dump package whose changes leave the log in the Change Dump Archive: with
+    the keys of the objects whose bytes it holds, which its events told until now."""
+    events = ChangeEvent.objects.filter(
+        resource_set_id=package.resource_set_id, id__gte=package.first_event, id__lte=package.last_event
+    ).exclude(change=ChangeEvent.Change.DELETED)
+    package.keys = sorted(set(events.values_list("object_pk", flat=True)))
+    package.archived = now
+    package.save(update_fields=["keys", "archived"])
+
+
+def prune_archives(resource_set, now):
+    """Drop what leaves the Change List and Change Dump Archives (``ARCHIVE_RETENTION``: how
+    many, the live ones included, and how old), and all of an archive the set no longer offers;
+    their files leave storage once this commits."""
+    for archive, rows, end in (
+        (capabilities.CHANGELIST_ARCHIVE, resource_set.changelists, "until"),
+        (capabilities.CHANGEDUMP_ARCHIVE, resource_set.changedump_packages, "until"),
+    ):
+        archived = rows.filter(archived__isnull=False)
+        if not resource_set.has_capability(archive):
+            for old in archived:
+                old.delete()
+            continue
+        count, age = archive_retention(capabilities.ARCHIVES[archive])
+        doomed = set()
+        if age is not None:
+            doomed.update(archived.filter(**{f"{end}__lt": now - datetime.timedelta(seconds=age)}).values_list("pk", flat=True))
+        if count is not None:
+            excess = rows.count() - count
+            if excess > 0:
+                doomed.update(archived.order_by("number").values_list("pk", flat=True)[:excess])
+        for old in archived.filter(pk__in=doomed):
             old.delete()
 
 
