@@ -181,8 +181,8 @@ class ChangeList(models.Model):
     sha256 = models.CharField(max_length=64, blank=True)
     archived = models.DateTimeField(
         null=True, blank=True,
-        help_text=_("When it left the Change List Index (past CHANGELIST_RETENTION), kept for the Change List Archive; "
-                    "its change events are gone."),
+        help_text=_("When it left the Change List Index (past CHANGELIST_RETENTION), kept for the Change List Archive "
+                    "with its change events."),
     )
 
     class Meta:

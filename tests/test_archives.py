@@ -168,7 +168,7 @@ def test_the_change_list_archive_keeps_lists_that_left_the_index_and_serves_them
         # the log goes on in a third, open and empty.
         age_the_log(resource_set, days=31, closing=False)
     first.refresh_from_db()
-    assert first.archived is not None and not first.changes.exists()
+    assert first.archived is not None and first.changes.exists()  # its events stay while it is archived
     # It left the Change List Index, it is in the archive, and it is served as it was.
     status, body, _ = fetch(f"/resourcesync/{resource_set.slug}/changelist.xml")
     assert status == 200
@@ -233,3 +233,42 @@ def test_without_an_archive_the_lists_past_retention_go_as_before(seed, committi
         age_the_log(resource_set, days=0)
         age_the_log(resource_set, days=31)
     assert not resource_set.changelists.filter(number=1).exists()
+
+
+def test_a_version_a_listed_document_links_is_never_collected(seed, committing, documents_storage, settings):
+    from django.core.files.base import ContentFile
+
+    from django_resourcesync import sweep
+    from django_resourcesync.models import Version
+    from example_project.repository.models import ItemFile
+
+    from .xmlcheck import links
+
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "CHANGELIST_RETENTION": 30 * 86400}
+    resource_set = demo_set("bitstreams")
+    resource_set.capabilities = ["resourcelist", "changelist", "changelist-archive"]
+    resource_set.prior_versions = True
+    resource_set.save()
+    with committing():
+        seed(1)
+    rebuild_set(resource_set)
+    upload = ItemFile.objects.order_by("pk").first()
+    with committing():
+        upload.file.save("kept.txt", ContentFile(b"the version an archived list links"))
+    with committing():
+        age_the_log(resource_set, days=0)
+    [entry] = [e for e in entries(check_document(fetch(f"/resourcesync/{resource_set.slug}/changelist/1.xml")[1], "changelist"))
+               if md(e)["change"] == "updated"]
+    memento = path_of(next(ln["href"] for ln in links(entry) if ln["rel"] == "memento"))
+    with committing():
+        age_the_log(resource_set, days=31, closing=False)  # the list leaves the index for the archive
+        sweep.sweep(grace=0)
+    assert resource_set.changelists.get(number=1).archived is not None
+    assert fetch(memento)[:2] == (200, b"the version an archived list links")
+    # Once the list leaves the archive, nothing links the version: it is collected.
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "ARCHIVE_RETENTION": {"changelist": {"count": None, "age": 86400}}}
+    with committing():
+        age_the_log(resource_set, days=400, closing=False)
+        sweep.sweep(grace=0)
+    assert fetch(memento)[0] == 404
+    assert not Version.objects.filter(sha256=md(entry)["hash"].split("sha-256:")[1]).exists()

@@ -195,7 +195,8 @@ def close_due(resource_set, now=None):
         # goes for Change Dump packages. A package goes with the oldest events it holds: once
         # they are gone, nothing could find it to withdraw it when a resource in it leaves.
         # A set that offers the list's or the package's archive keeps it there instead (see
-        # builders.archive), without the events.
+        # builders.archive); an archived list keeps its events, which its entries' mementos
+        # (and withdrawals) need, until it leaves the archive.
         old_lists = ChangeList.objects.filter(resource_set=resource_set, until__lt=cutoff, archived__isnull=True)
         last_event = ChangeEvent.objects.filter(changelist__in=old_lists).order_by("-id").values_list("id", flat=True).first()
         live = resource_set.changedump_packages.filter(archived__isnull=True)
@@ -211,7 +212,6 @@ def close_due(resource_set, now=None):
         keep_lists = resource_set.has_capability(capabilities.CHANGELIST_ARCHIVE)
         for old in old_lists:
             if keep_lists and old.storage_name:
-                ChangeEvent.objects.filter(changelist=old).delete()
                 old.archived = now
                 old.save(update_fields=["archived"])
             else:
