@@ -272,3 +272,26 @@ def test_a_version_a_listed_document_links_is_never_collected(seed, committing, 
         sweep.sweep(grace=0)
     assert fetch(memento)[0] == 404
     assert not Version.objects.filter(sha256=md(entry)["hash"].split("sha-256:")[1]).exists()
+
+
+def test_an_archive_past_the_entry_limit_is_an_index_of_parts(seed, committing, documents_storage, settings):
+    resource_set = demo_set("metadata")
+    resource_set.capabilities = ["resourcelist", "changelist", "resourcelist-archive"]
+    resource_set.save()
+    with committing():
+        seed(1)
+    for _ in range(3):
+        rebuild_set(resource_set)
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 2}
+    status, body, _ = fetch(f"/resourcesync/{resource_set.slug}/resourcelist-archive.xml")
+    index = check_document(body, "resourcelist-archive")
+    assert status == 200 and index.tag == f"{{{SM}}}sitemapindex"
+    parts = [e.find(f"{{{SM}}}loc").text for e in entries(index)]
+    assert [loc.rsplit("/", 1)[1] for loc in parts] == ["part-1.xml", "part-2.xml"]
+    found = []
+    for loc in parts:
+        status, body, _ = fetch(path_of(loc))
+        part = check_document(body, "resourcelist-archive")
+        assert status == 200 and part.find(f"{{http://www.openarchives.org/rs/terms/}}ln[@rel='index']") is not None
+        found += [md(e)["at"] for e in entries(part)]
+    assert len(found) == 3 and found == sorted(found)
