@@ -292,6 +292,6 @@ def test_an_archive_past_the_entry_limit_is_an_index_of_parts(seed, committing, 
     for loc in parts:
         status, body, _ = fetch(path_of(loc))
         part = check_document(body, "resourcelist-archive")
-        assert status == 200 and part.find(f"{{http://www.openarchives.org/rs/terms/}}ln[@rel='index']") is not None
+        assert status == 200 and part.find("{http://www.openarchives.org/rs/terms/}ln[@rel='index']") is not None
         found += [md(e)["at"] for e in entries(part)]
     assert len(found) == 3 and found == sorted(found)
