@@ -6,8 +6,9 @@ builds it, whether it is rendered in parts, how it is served and what its docume
 Rebuilds, tasks, the Capability List, the URLs, the views and the admin read this table; adding
 a capability is one entry here and its builder module (see docs/architecture.rst).
 
-A builder module provides ``update(resource_set, *, progress, batch_size, parallel, lock)``,
-which brings the capability's documents up to date and returns the builds it made; a capability
+A builder (a module, or an object of a module named ``module:attribute``) provides
+``update(resource_set, *, progress, batch_size, parallel, lock)``, which brings the capability's
+documents up to date and returns the builds it made; a capability
 served ``"live"`` also provides ``serve(resource_set, name)`` (see
 :class:`~django_resourcesync.served.Served`); one built ``in_parts`` provides what
 :mod:`~django_resourcesync.builders.parts` asks of it.
@@ -44,7 +45,7 @@ class Capability:
     name: str  #: ``rs:md/@capability``
     document: str  #: what the Capability List points at, under the set's URL prefix
     label: str  #: for people (admin, forms)
-    builder_path: str  #: the dotted path of the module that builds it
+    builder_path: str  #: the dotted path of the module that builds it, or ``module:attribute``
     served: str = STORED  #: :data:`STORED` or :data:`LIVE`
     in_parts: bool = False  #: rendered in parts (by Celery workers when there are some)
     build_lock: bool = True  #: rebuilt under the set's build lock for it

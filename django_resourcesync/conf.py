@@ -45,7 +45,7 @@ DEFAULTS = {
         "resourcelist": {"count": 30, "age": None},
         "resourcedump": {"count": 3, "age": None},
         # Change Lists and Change Dump packages leave the live log after CHANGELIST_RETENTION;
-        # their archives keep them (without their change events) this long after their until.
+        # their archives keep them (a list with its change events) this long after their until.
         "changelist": {"count": None, "age": 365 * 86400},
         "changedump": {"count": None, "age": 365 * 86400},
     },
@@ -153,7 +153,9 @@ app_settings = AppSettings()
 def archive_retention(capability):
     """``(count, age)`` of ``ARCHIVE_RETENTION`` for the archived ``capability``: how many of
     its documents (the current ones included) and how old (seconds); ``None`` for no limit."""
-    rule = (app_settings.ARCHIVE_RETENTION or {}).get(capability) or {}
+    rules = app_settings.ARCHIVE_RETENTION or {}
+    # A capability the project's dict does not name keeps its default.
+    rule = rules.get(capability, DEFAULTS["ARCHIVE_RETENTION"].get(capability)) or {}
     return rule.get("count"), rule.get("age")
 
 

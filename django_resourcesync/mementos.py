@@ -31,6 +31,7 @@ from django.utils.http import http_date, parse_http_date, quote_etag
 from django.views.decorators.http import require_safe
 
 from . import uris, versions
+from .exceptions import NotRegistered
 from .models import ChangeEvent, Resource, ResourceSet, Version
 from .xml.writer import hash_value, ln_element, w3c_datetime
 
@@ -87,9 +88,21 @@ def splice(entry, links):
 
 def _publishing_set(slug):
     resource_set = ResourceSet.objects.filter(slug=slug, enabled=True).first()
-    if resource_set is None or not versions.publishes(resource_set):
+    try:
+        publishing = resource_set is not None and versions.publishes(resource_set)
+    except NotRegistered:  # its source is gone (check resourcesync.W002 says so)
+        publishing = False
+    if not publishing:
         raise Http404("This set publishes no prior versions")
     return resource_set
+
+
+def _events(resource_set, key):
+    """The change events of the resource as it is listed now: those since its last deletion
+    (before it, the key named another resource, or one at another URI)."""
+    events = ChangeEvent.objects.filter(resource_set=resource_set, object_pk=key)
+    last_deleted = events.filter(change=ChangeEvent.Change.DELETED).order_by("-id").values_list("id", flat=True).first()
+    return events.filter(id__gt=last_deleted) if last_deleted is not None else events
 
 
 def _listed(resource_set, key):
@@ -105,8 +118,7 @@ def _mementos(resource_set, key):
     bytes the store holds, oldest first."""
     kept = Version.objects.values("sha256")
     return list(
-        ChangeEvent.objects.filter(resource_set=resource_set, object_pk=key, sha256__in=kept)
-        .exclude(change=ChangeEvent.Change.DELETED)
+        _events(resource_set, key).filter(sha256__in=kept)
         .order_by("id").values_list("datetime", "sha256", "media_type", "lastmod", "length")
     )
 
@@ -126,10 +138,7 @@ def memento(request, slug, stamp, key):
         moment = datetime.datetime.strptime(stamp, STAMP).replace(tzinfo=datetime.timezone.utc)
     except ValueError:
         raise Http404("No such memento") from None
-    event = (
-        ChangeEvent.objects.filter(resource_set=resource_set, object_pk=key, datetime=moment)
-        .exclude(change=ChangeEvent.Change.DELETED).exclude(sha256="").order_by("-id").first()
-    )
+    event = _events(resource_set, key).filter(datetime=moment).exclude(sha256="").order_by("-id").first()
     if event is None or not Version.objects.filter(sha256=event.sha256).exists():
         raise Http404("No such memento")
     etag = quote_etag(event.sha256)

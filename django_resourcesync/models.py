@@ -337,8 +337,8 @@ class ChangeDumpPackage(models.Model):
     )
     keys = models.JSONField(
         default=list, blank=True,
-        help_text=_("Of an archived package: the objects whose bytes it holds (its change events are gone), so that it is "
-                    "withdrawn when one of them leaves the set."),
+        help_text=_("Of an archived package: the objects whose bytes it holds (its change events may be gone), so that "
+                    "it is withdrawn when one of them leaves the set."),
     )
 
     class Meta:

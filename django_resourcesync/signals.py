@@ -12,8 +12,9 @@ from . import storage
 from .models import ChangeDumpPackage, ChangeList, Document, ResourceSet, SourceState
 
 #: Sent by change tracking, in the transaction that records it, when resources leave a set
-#: (deleted, made private, filtered out): ``resource_set``, and ``leaving``, ``{object_pk: record
-#: id}``. Whatever holds their bytes must stop serving them (see builders.withdrawal).
+#: (deleted, made private, filtered out): ``resource_set``, ``leaving``, ``{object_pk: record
+#: id}``, and ``in_use``, the sha-256 of bytes the same batch's changes use (of other objects).
+#: Whatever holds their bytes must stop serving them (see builders.withdrawal).
 resources_left = Signal()
 
 

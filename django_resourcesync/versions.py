@@ -35,7 +35,7 @@ from . import bulk, storage
 from .conf import app_settings
 from .entries import Representation, normalise_media_type
 from .exceptions import UnpublishableResource
-from .models import ChangeEvent, Version
+from .models import ChangeEvent, Resource, Version
 
 logger = logging.getLogger(__name__)
 
@@ -229,19 +229,24 @@ def collect(*, grace=None, now=None, batch_size=1000):
         removed += len(unused)
 
 
-def forget_withdrawn(resource_set, keys):
+def forget_withdrawn(resource_set, keys, in_use=()):
     """Remove the kept bytes of the changes of resources that have just left the set (made
-    private, deleted), unless a change of another resource refers to them too: their mementos
-    are no longer served, and the files must not outlive what may be shown (a public bucket,
-    say). Called
-    under the set's lock, in the transaction of their deletion."""
+    private, deleted), unless they are also the bytes of a change of a resource still listed
+    (another object, or this one in another set) or of a change being written now (``in_use``):
+    their mementos are no longer served, and the files must not outlive what may be shown (a
+    public bucket, say). Called under the set's lock, in the transaction of their deletion."""
     events = bulk.filter_in(ChangeEvent.objects.filter(resource_set=resource_set).exclude(sha256=""), "object_pk", keys)
     digests = set(events.values_list("sha256", flat=True))
     if not digests:
         return 0
     leaving = {str(key) for key in keys}
-    referring = ChangeEvent.objects.filter(sha256__in=sorted(digests)).values_list("sha256", "resource_set_id", "object_pk")
+    listed = Resource.objects.filter(resource_set=OuterRef("resource_set"), object_pk=OuterRef("object_pk"))
+    referring = (
+        ChangeEvent.objects.filter(sha256__in=sorted(digests)).filter(Exists(listed))
+        .values_list("sha256", "resource_set_id", "object_pk")
+    )
     shared = {digest for digest, set_id, key in referring.iterator() if set_id != resource_set.pk or key not in leaving}
+    shared |= set(in_use)
     gone = list(
         Version.objects.select_for_update(skip_locked=True)
         .filter(sha256__in=sorted(digests - shared))

@@ -295,3 +295,40 @@ def test_an_archive_past_the_entry_limit_is_an_index_of_parts(seed, committing, 
         assert status == 200 and part.find("{http://www.openarchives.org/rs/terms/}ln[@rel='index']") is not None
         found += [md(e)["at"] for e in entries(part)]
     assert len(found) == 3 and found == sorted(found)
+
+
+def test_an_archived_package_keeps_the_mementos_its_manifest_links(seed, committing, documents_storage, settings):
+    import io
+    import zipfile
+
+    from django.core.files.base import ContentFile
+
+    from django_resourcesync import sweep
+    from django_resourcesync.builders import changedump
+    from example_project.repository.models import ItemFile
+
+    from .xmlcheck import links
+
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "CHANGELIST_RETENTION": 30 * 86400}
+    resource_set = demo_set("bitstreams")
+    resource_set.capabilities = ["resourcelist", "changelist", "changedump", "changedump-archive"]  # no Change List Archive
+    resource_set.prior_versions = True
+    resource_set.save()
+    with committing():
+        seed(1)
+    rebuild_set(resource_set)
+    upload = ItemFile.objects.order_by("pk").first()
+    with committing():
+        upload.file.save("packed.txt", ContentFile(b"bytes a manifest links"))
+    with committing():
+        package = changedump.package_changes(resource_set)
+    with committing():
+        age_the_log(resource_set, days=31)
+        sweep.sweep(grace=0)
+    package.refresh_from_db()
+    assert package.archived is not None
+    zipped = fetch(f"/resourcesync/{resource_set.slug}/{changedump.package_name(package.number)}")[1]
+    manifest = check_document(zipfile.ZipFile(io.BytesIO(zipped)).read("manifest.xml"), "changedump-manifest")
+    [entry] = [e for e in entries(manifest) if md(e)["change"] == "updated"]
+    memento = path_of(next(ln["href"] for ln in links(entry) if ln["rel"] == "memento"))
+    assert fetch(memento)[:2] == (200, b"bytes a manifest links")

@@ -147,3 +147,77 @@ def test_the_admin_says_what_the_version_store_holds_for_the_set(rewritten, admi
     resource_set, _upload = rewritten
     page = admin_client.get(f"/admin/resourcesync/resourceset/{resource_set.pk}/change/").content.decode()
     assert "Version store: 2 version(s)" in page and "of 2 change(s)" in page
+
+
+def test_mementos_from_before_a_resource_left_the_set_are_not_those_of_it_back(seed, committing, documents_storage):
+    from django_resourcesync import tracking
+
+    resource_set = demo_set("bitstreams")
+    resource_set.prior_versions = True
+    resource_set.save()
+    with committing():
+        seed(2)
+    rebuild_set(resource_set)
+    subject, other = list(ItemFile.objects.order_by("pk")[:2])
+    for upload in (subject, other):  # the same bytes: kept while the other file is listed
+        with committing():
+            upload.file.save("shared.txt", ContentFile(b"bytes both files had"))
+    uri = resource_set.resources.get(object_pk=str(subject.pk)).uri
+    [before] = change_entries(resource_set, uri)
+    old = path_of(next(ln["href"] for ln in links(before) if ln["rel"] == "memento"))
+    assert fetch(old)[0] == 200
+    for public in (False, True):  # it leaves the set, then comes back (the same key)
+        with committing():
+            Item.objects.filter(pk=subject.item_id).update(is_public=public)
+            tracking.changed(Item.objects.filter(pk=subject.item_id))
+    assert resource_set.resources.filter(object_pk=str(subject.pk)).exists()
+    assert fetch(old)[0] == 404  # a memento of the resource before it left
+    status, body, _ = fetch(path_of(link(before, "timemap")))
+    assert old.split("/memento/")[1] not in body.decode()
+
+
+def test_bytes_shared_by_two_resources_are_forgotten_once_neither_is_listed(seed, committing, documents_storage):
+    from django_resourcesync import tracking
+    from django_resourcesync.models import Version
+
+    resource_set = demo_set("bitstreams")
+    resource_set.prior_versions = True
+    resource_set.save()
+    with committing():
+        seed(2)
+    rebuild_set(resource_set)
+    uploads = list(ItemFile.objects.order_by("pk")[:2])
+    assert uploads[0].item_id != uploads[1].item_id
+    for upload in uploads:
+        with committing():
+            upload.file.save("same.txt", ContentFile(b"the same bytes in two files"))
+    digest = hashlib.sha256(b"the same bytes in two files").hexdigest()
+    assert Version.objects.filter(sha256=digest).exists()
+    for upload in uploads:  # one item after the other leaves the set
+        with committing():
+            Item.objects.filter(pk=upload.item_id).update(is_public=False)
+            tracking.changed(Item.objects.filter(pk=upload.item_id))
+        assert Version.objects.filter(sha256=digest).exists() == (upload is uploads[0])
+
+
+def test_bytes_a_leaving_resource_had_stay_kept_for_another_saved_with_them_in_the_same_round(
+    seed, committing, documents_storage
+):
+    from django_resourcesync import tracking
+
+    resource_set = demo_set("bitstreams")
+    resource_set.prior_versions = True
+    resource_set.save()
+    with committing():
+        seed(2)
+    rebuild_set(resource_set)
+    leaving, staying = list(ItemFile.objects.order_by("pk")[:2])
+    with committing():
+        leaving.file.save("x.txt", ContentFile(b"bytes X"))
+    with committing():  # one transaction: one processing round for both
+        Item.objects.filter(pk=leaving.item_id).update(is_public=False)
+        tracking.changed(Item.objects.filter(pk=leaving.item_id))
+        staying.file.save("also-x.txt", ContentFile(b"bytes X"))
+    [entry] = change_entries(resource_set, resource_set.resources.get(object_pk=str(staying.pk)).uri)
+    memento = path_of(next(ln["href"] for ln in links(entry) if ln["rel"] == "memento"))
+    assert fetch(memento)[:2] == (200, b"bytes X")

@@ -1,16 +1,24 @@
-"""Archives of snapshots (the 2013 technical paper's Resource Dump Archive, and its like for
-Resource Lists): ``resourcelist-archive`` and ``resourcedump-archive``.
+"""Archives (the 2013 technical paper's Resource Dump, Change List and Change Dump Archives,
+and a Resource List Archive): ``resourcelist-archive``, ``resourcedump-archive``,
+``changelist-archive`` and ``changedump-archive``, one document each, rendered from the rows.
 
-A set that offers one keeps the builds of the capability it archives past ``KEEP_BUILDS``, as
-``ARCHIVE_RETENTION`` says (how many, how old), and the archive lists them, oldest first, each
-with the ``at`` and ``completed`` of its snapshot: the current one too. Each archived document
-has a URI of its own, ``<capability>-archive/<build>.xml``, which serves the bytes the build
-published, as they were; the documents it links to (the parts of an index, the packages of a
-dump) keep their URIs. What leaves the archive leaves storage. Past ``MAX_ENTRIES_PER_DOCUMENT``
-entries the archive is an index of parts (``<capability>-archive/part-<n>.xml``).
+- **Snapshots** (Resource Lists, Resource Dumps): a set that offers the archive keeps the builds
+  past ``KEEP_BUILDS``, as ``ARCHIVE_RETENTION`` says (how many, how old; see
+  :mod:`.retention`), and the archive lists them, oldest first, each with the ``at`` and
+  ``completed`` of its snapshot, the current one too. Each has a URI of its own,
+  ``<capability>-archive/<build>.xml``, which serves the build's main document as stored; the
+  documents it links to (the parts of an index, the packages of a dump) keep their URIs.
+- **Changes**: Change Lists and Change Dump packages that leave the live log (past
+  ``CHANGELIST_RETENTION``) stay, out of the Change List Index and the Change Dump, as long as
+  ``ARCHIVE_RETENTION`` says (see ``close_due`` in :mod:`~django_resourcesync.tracking.changelog`);
+  the archive lists all those the set keeps, live ones too, oldest first, with ``from`` and
+  ``until``, at their own URIs.
 
-A Resource Dump build that held the bytes of a resource that is no longer public is removed
-at once (see :mod:`~django_resourcesync.builders.withdrawal`): it leaves the archive too.
+What leaves an archive leaves storage. Past ``MAX_ENTRIES_PER_DOCUMENT`` entries an archive is
+an index of parts (``<capability>-archive/part-<n>.xml``). An archive is published only while
+the set offers the capability it archives. A Resource Dump build or Change Dump package that held
+the bytes of a resource that is no longer public is withdrawn at once (see
+:mod:`~django_resourcesync.builders.withdrawal`), and leaves the archive.
 """
 
 import io
@@ -122,12 +130,19 @@ def serve(resource_set, name, archive):
         if document.withdrawn:
             return GONE
         return Served(document.sha256, document.written, storage_name=document.storage_name, size=document.size)
+    if not resource_set.has_capability(ARCHIVED[archive]):
+        return None
     rendered = render(resource_set, archive, name)
-    return None if rendered is None else Served.rendered(*rendered)
+    # No Last-Modified: an entry that leaves (retention, a withdrawal) changes the document
+    # without a newer date among those it lists. The ETag tells every change.
+    return None if rendered is None else Served.rendered(rendered[0], None)
 
 
 def published(resource_set, archive):
-    """When the archive last changed; ``None`` while it is empty."""
+    """When the archive last changed; ``None`` while it is empty, or while the set does not
+    offer what it archives (its documents would not be served)."""
+    if not resource_set.has_capability(ARCHIVED[archive]):
+        return None
     members = _kept(resource_set, ARCHIVED[archive])
     return max(_changed(member) for member in members) if members else None
 
@@ -142,7 +157,7 @@ def describe(resource_set, archive):
         size = sum(member.size for member in kept)
     else:
         size = sum(member.size + member.manifest_size for member in kept)
-    return f"{len(kept)} archived document(s), {size} bytes"
+    return f"{len(kept)} document(s) in the archive (the current ones too), {size} bytes"
 
 
 class Archive:

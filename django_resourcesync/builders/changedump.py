@@ -51,7 +51,8 @@ def package_changes(resource_set):
     is packed again first, without them. A set whose source gives no bytes has no packages."""
     if not resource_set.get_source().gives_bytes:
         return None
-    withdrawn = resource_set.changedump_packages.filter(withdrawn__isnull=False).order_by("number").first()
+    # (An archived one is not packed again: it leaves the archive, see prune_archives.)
+    withdrawn = resource_set.changedump_packages.filter(withdrawn__isnull=False, archived__isnull=True).order_by("number").first()
     if withdrawn is not None:
         events = ChangeEvent.objects.filter(
             resource_set=resource_set, id__gte=withdrawn.first_event, id__lte=withdrawn.last_event
@@ -344,7 +345,7 @@ def serve(resource_set, name):
 
 def withdraw_packages_holding(resource_set, keys, now=None):
     """Withdraw the set's packages that hold the bytes of a change of one of ``keys``."""
-    # Archived packages (their events are gone) by the keys they were archived with.
+    # Archived packages by the keys they were archived with (their events may be gone).
     leaving = {str(key) for key in keys}
     archived = ChangeDumpPackage.objects.filter(resource_set=resource_set, withdrawn__isnull=True, archived__isnull=False)
     hit_archived = [pk for pk, held in archived.values_list("pk", "keys") if leaving.intersection(held or ())]

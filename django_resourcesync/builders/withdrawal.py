@@ -36,7 +36,7 @@ DUMPS = (capabilities.RESOURCEDUMP, capabilities.CHANGEDUMP)
 
 
 @receiver(resources_left, dispatch_uid="resourcesync_withdraw")
-def withdraw(sender, resource_set, leaving, **kwargs):
+def withdraw(sender, resource_set, leaving, in_use=(), **kwargs):
     """Withdraw every package of the set that holds the bytes of ``leaving``, ``{object_pk:
     record id}`` of resources that have just left it (under the set's lock)."""
     if not leaving:
@@ -55,4 +55,4 @@ def withdraw(sender, resource_set, leaving, **kwargs):
         if build.capability == capabilities.RESOURCEDUMP and build.status in (Build.Status.PUBLISHED, Build.Status.RETIRED):
             resourcedump.withdraw_from_build(build, leaving.values(), now, rewrite_after_commit=True)
     changedump.withdraw_packages_holding(resource_set, list(leaving), now)
-    versions.forget_withdrawn(resource_set, list(leaving))
+    versions.forget_withdrawn(resource_set, list(leaving), in_use=in_use)

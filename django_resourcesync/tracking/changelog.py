@@ -13,7 +13,7 @@ import datetime
 import tempfile
 
 from django.db import router
-from django.db.models import F, Max, Q
+from django.db.models import F, Max, Min, Q
 from django.utils import timezone
 
 from .. import bulk, capabilities, heads, mementos, storage, versions
@@ -209,7 +209,8 @@ def close_due(resource_set, now=None):
                 archive_package(old, now)
             else:
                 old.delete()
-        keep_lists = resource_set.has_capability(capabilities.CHANGELIST_ARCHIVE)
+        # Kept for the Change List Archive, or for the mementos the archived packages' manifests link.
+        keep_lists = resource_set.has_capability(capabilities.CHANGELIST_ARCHIVE) or keep_packages
         for old in old_lists:
             if keep_lists and old.storage_name:
                 old.archived = now
@@ -231,28 +232,39 @@ def archive_package(package, now):
 
 
 def prune_archives(resource_set, now):
-    """Drop what leaves the Change List and Change Dump Archives (``ARCHIVE_RETENTION``: how
+    """Drop what leaves the Change Dump and Change List Archives (``ARCHIVE_RETENTION``: how
     many, the live ones included, and how old), and all of an archive the set no longer offers;
-    their files leave storage once this commits."""
-    for archive, rows, end in (
-        (capabilities.CHANGELIST_ARCHIVE, resource_set.changelists, "until"),
-        (capabilities.CHANGEDUMP_ARCHIVE, resource_set.changedump_packages, "until"),
-    ):
-        archived = rows.filter(archived__isnull=False)
-        if not resource_set.has_capability(archive):
-            for old in archived:
-                old.delete()
+    their files leave storage once this commits. A list whose events a kept package refers to
+    (the mementos its manifest links) stays until that package goes."""
+    packages = resource_set.changedump_packages
+    archived = packages.filter(archived__isnull=False)
+    archived.filter(withdrawn__isnull=False).delete()  # it held what is no longer public: it leaves
+    for old in archived.filter(pk__in=_doomed(resource_set, capabilities.CHANGEDUMP_ARCHIVE, packages, now)):
+        old.delete()
+    lists = resource_set.changelists
+    doomed = set(_doomed(resource_set, capabilities.CHANGELIST_ARCHIVE, lists, now))
+    kept = list(packages.filter(withdrawn__isnull=True).values_list("first_event", "last_event"))
+    for old in lists.filter(pk__in=doomed).annotate(first=Min("changes__id"), last=Max("changes__id")):
+        if old.first is not None and any(first <= old.last and last >= old.first for first, last in kept):
             continue
-        count, age = archive_retention(capabilities.ARCHIVES[archive])
-        doomed = set()
-        if age is not None:
-            doomed.update(archived.filter(**{f"{end}__lt": now - datetime.timedelta(seconds=age)}).values_list("pk", flat=True))
-        if count is not None:
-            excess = rows.count() - count
-            if excess > 0:
-                doomed.update(archived.order_by("number").values_list("pk", flat=True)[:excess])
-        for old in archived.filter(pk__in=doomed):
-            old.delete()
+        old.delete()
+
+
+def _doomed(resource_set, archive, rows, now):
+    """Keys of the archived ``rows`` past the archive's retention; all of them if the set does
+    not offer the archive."""
+    archived = rows.filter(archived__isnull=False)
+    if not resource_set.has_capability(archive):
+        return list(archived.values_list("pk", flat=True))
+    count, age = archive_retention(capabilities.ARCHIVES[archive])
+    doomed = set()
+    if age is not None:
+        doomed.update(archived.filter(until__lt=now - datetime.timedelta(seconds=age)).values_list("pk", flat=True))
+    if count is not None:
+        excess = rows.count() - count
+        if excess > 0:
+            doomed.update(archived.order_by("number").values_list("pk", flat=True)[:excess])
+    return sorted(doomed)
 
 
 def render_list(changelist, fileobj, *, has_index):

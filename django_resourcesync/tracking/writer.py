@@ -257,8 +257,11 @@ class SetWriter:
             bulk.filter_in(Resource.objects.all(), "pk", gone).delete()
         self._note_left_out(left_out, [key for key in keys if key not in left_out])
         if withdrawn:
-            # What held their bytes stops serving them, in this transaction (builders.withdrawal).
-            resources_left.send(sender=type(self.resource_set), resource_set=self.resource_set, leaving=withdrawn)
+            # What held their bytes stops serving them, in this transaction (builders.withdrawal);
+            # bytes this batch's changes use (another object's) are not theirs to forget.
+            in_use = set(self.kept) | {change.sha256 for change in changes if change.sha256 and change.change != "deleted"}
+            resources_left.send(sender=type(self.resource_set), resource_set=self.resource_set, leaving=withdrawn,
+                                in_use=in_use)
         now = timezone.now()
         set_id = self.resource_set.pk
         rows = {key: (set_id, key, *(values[name] for name in ENTRY_FIELDS), now) for key, values in writes.items()}
