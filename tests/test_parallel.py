@@ -469,7 +469,8 @@ def workers(transactional_db, tmp_path, settings):
     }
     from celery import Celery
 
-    sender = Celery("sender", broker=REDIS_URL, backend=REDIS_URL)
+    # Not the current app: the tests after this one queue the app's tasks with the project's.
+    sender = Celery("sender", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
     logs = {}
     try:
         yield sender, processes, logs
