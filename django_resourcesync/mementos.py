@@ -47,7 +47,18 @@ def _uri(name, resource_set, key, **kwargs):
 
 
 def memento_uri(resource_set, key, moment):
-    return _uri("memento", resource_set, key, stamp=moment.astimezone(datetime.timezone.utc).strftime(STAMP))
+    return memento_uris(resource_set, key)(moment)
+
+
+def memento_uris(resource_set, key):
+    """``uri(moment)``: the memento URIs of one resource, with one URL reversal for them all."""
+    template = _uri("memento", resource_set, key, stamp="STAMP")
+    head, tail = template.split("/memento/STAMP/", 1)  # a slug has no "/": the route's own segment
+
+    def uri(moment):
+        return f"{head}/memento/{moment.astimezone(datetime.timezone.utc).strftime(STAMP)}/{tail}"
+
+    return uri
 
 
 def timemap_uri(resource_set, key):
@@ -170,13 +181,14 @@ def timemap(request, slug, key):
         f';from="{http_date(found[0][0].timestamp())}";until="{http_date(found[-1][0].timestamp())}"',
         f'<{timegate_uri(resource_set, key)}>;rel="timegate"',
     ]
+    uri = memento_uris(resource_set, key)
     for number, (moment, *_rest) in enumerate(found):
         rel = "memento"
         if number == 0:
             rel = "first memento"
         if number == len(found) - 1:
             rel = "last memento" if number else "first last memento"
-        lines.append(f'<{memento_uri(resource_set, key, moment)}>;rel="{rel}";datetime="{http_date(moment.timestamp())}"')
+        lines.append(f'<{uri(moment)}>;rel="{rel}";datetime="{http_date(moment.timestamp())}"')
     return HttpResponse(",\n".join(lines) + "\n", content_type=LINK_FORMAT)
 
 
