@@ -23,6 +23,7 @@ bytes (:func:`~django_resourcesync.versions.forget_withdrawn`).
 """
 
 import datetime
+from urllib.parse import quote
 
 from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect, StreamingHttpResponse
 from django.urls import reverse
@@ -71,10 +72,24 @@ def timegate_uri(resource_set, key):
 
 def resource_links(resource_set, key):
     """The links of a resource's entry in a Resource List: its TimeGate and TimeMap."""
-    return [
-        {"rel": "timegate", "href": timegate_uri(resource_set, key)},
-        {"rel": "timemap", "href": timemap_uri(resource_set, key), "type": LINK_FORMAT},
-    ]
+    return resource_links_for(resource_set)(key)
+
+
+#: What Django's reverse() leaves unquoted in a path (RFC 3986 sub-delimiters, "/~:@").
+_PATH_SAFE = "!$&'()*+,;=/~:@"
+
+
+def resource_links_for(resource_set):
+    """``links(key)``: :func:`resource_links` for many resources of the set, with two URL
+    reversals for them all (a Resource List of a million entries)."""
+    gate = _uri("timegate", resource_set, "KEY").removesuffix("/KEY") + "/"
+    timemap = _uri("timemap", resource_set, "KEY").removesuffix("/KEY") + "/"
+
+    def links(key):
+        quoted = quote(str(key), safe=_PATH_SAFE)
+        return [{"rel": "timegate", "href": gate + quoted}, {"rel": "timemap", "href": timemap + quoted, "type": LINK_FORMAT}]
+
+    return links
 
 
 def change_links(resource_set, key, moment, *, lastmod=None, md5="", sha256="", length=None, media_type=""):

@@ -221,3 +221,15 @@ def test_bytes_a_leaving_resource_had_stay_kept_for_another_saved_with_them_in_t
     [entry] = change_entries(resource_set, resource_set.resources.get(object_pk=str(staying.pk)).uri)
     memento = path_of(next(ln["href"] for ln in links(entry) if ln["rel"] == "memento"))
     assert fetch(memento)[:2] == (200, b"bytes X")
+
+
+@pytest.mark.parametrize("key", ["1", "a b", "ü/x", "k;y=1", "50%", "a?b#c"])
+def test_the_links_of_many_resources_are_those_url_reversal_gives(db, key):
+    from django.urls import reverse
+
+    from django_resourcesync import mementos
+
+    resource_set = demo_set("bitstreams")
+    links = mementos.resource_links_for(resource_set)(key)
+    for link_, name in zip(links, ("timegate", "timemap"), strict=True):
+        assert link_["href"] == "http://testserver" + reverse(f"resourcesync:{name}", kwargs={"slug": "bitstreams", "key": key})

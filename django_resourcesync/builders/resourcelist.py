@@ -78,8 +78,9 @@ def _entries(rows, batch_size, resource_set):
         for entry in rows.order_by("pk").values_list("entry_xml", flat=True).iterator(chunk_size=batch_size):
             yield entry.encode("utf-8")
         return
+    links_of = mementos.resource_links_for(resource_set)
     for entry, key in rows.order_by("pk").values_list("entry_xml", "object_pk").iterator(chunk_size=batch_size):
-        yield mementos.splice(entry, mementos.resource_links(resource_set, key)).encode("utf-8")
+        yield mementos.splice(entry, links_of(key)).encode("utf-8")
 
 
 def _render_single(context, rows, total, progress, batch_size):
