@@ -178,6 +178,10 @@ def memento(request, slug, stamp, key):
         response["Content-Length"] = str(length)
     response["ETag"] = etag
     response["Cache-Control"] = IMMUTABLE
+    # Bytes a site's users uploaded, from the site's own origin: never sniffed as another type,
+    # never run as a page of the site (an HTML or SVG version).
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "sandbox"
     response["Memento-Datetime"] = http_date(event.datetime.timestamp())
     response["Link"] = _link_header(resource_set, key, record.uri)
     return response

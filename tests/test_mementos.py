@@ -64,6 +64,7 @@ def test_each_change_links_a_memento_serving_the_exact_bytes_of_its_version(rewr
         assert response["Content-Type"] == meta["type"]
         assert response["ETag"] == f'"{hashlib.sha256(content).hexdigest()}"'
         assert "immutable" in response["Cache-Control"]
+        assert response["X-Content-Type-Options"] == "nosniff" and response["Content-Security-Policy"] == "sandbox"
         assert response["Memento-Datetime"]
         assert f'<{uri}>; rel="original"' in response["Link"]
         # Immutable: a conditional GET is answered 304 without the bytes.
