@@ -481,8 +481,8 @@ def terminating_after(calls, function):
 
 def entries_terminating(real):
     """``resourcelist._entries``, whose connection is terminated after the third entry."""
-    def entries(rows, batch_size):
-        for number, entry in enumerate(real(rows, batch_size), start=1):
+    def entries(rows, *args):
+        for number, entry in enumerate(real(rows, *args), start=1):
             if number == 3:
                 terminate_connection()
             yield entry
