@@ -76,3 +76,19 @@ def admin_client(client, db):
 @pytest.fixture
 def pages(db):
     return demo_set("pages")
+
+
+def publish_versions(seed, committing, items, capabilities=None):
+    """The example's files set, publishing prior versions (with ``capabilities``, if given),
+    with ``items`` items, published once."""
+    from django_resourcesync.rebuild import rebuild_set
+
+    resource_set = demo_set("bitstreams")
+    if capabilities is not None:
+        resource_set.capabilities = list(capabilities)
+    resource_set.prior_versions = True
+    resource_set.save()
+    with committing():
+        seed(items)
+    rebuild_set(resource_set)
+    return resource_set

@@ -8,7 +8,7 @@ from django_resourcesync.models import Build, Document
 from django_resourcesync.rebuild import rebuild_set
 from example_project.repository.models import Item
 
-from .conftest import demo_set
+from .conftest import demo_set, publish_versions
 from .helpers import fetch, path_of
 from .xmlcheck import SM, check_document, entries, md
 
@@ -245,13 +245,9 @@ def test_a_version_a_listed_document_links_is_never_collected(seed, committing, 
     from .xmlcheck import links
 
     settings.RESOURCESYNC = {**settings.RESOURCESYNC, "CHANGELIST_RETENTION": 30 * 86400}
-    resource_set = demo_set("bitstreams")
-    resource_set.capabilities = ["resourcelist", "changelist", "changelist-archive"]
-    resource_set.prior_versions = True
-    resource_set.save()
-    with committing():
-        seed(1)
-    rebuild_set(resource_set)
+    resource_set = publish_versions(seed, committing, 1, capabilities=[
+        "resourcelist", "changelist", "changelist-archive",
+    ])
     upload = ItemFile.objects.order_by("pk").first()
     with committing():
         upload.file.save("kept.txt", ContentFile(b"the version an archived list links"))
@@ -310,13 +306,9 @@ def test_an_archived_package_keeps_the_mementos_its_manifest_links(seed, committ
     from .xmlcheck import links
 
     settings.RESOURCESYNC = {**settings.RESOURCESYNC, "CHANGELIST_RETENTION": 30 * 86400}
-    resource_set = demo_set("bitstreams")
-    resource_set.capabilities = ["resourcelist", "changelist", "changedump", "changedump-archive"]  # no Change List Archive
-    resource_set.prior_versions = True
-    resource_set.save()
-    with committing():
-        seed(1)
-    rebuild_set(resource_set)
+    resource_set = publish_versions(seed, committing, 1, capabilities=[
+        "resourcelist", "changelist", "changedump", "changedump-archive",  # no Change List Archive
+    ])
     upload = ItemFile.objects.order_by("pk").first()
     with committing():
         upload.file.save("packed.txt", ContentFile(b"bytes a manifest links"))

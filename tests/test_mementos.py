@@ -11,7 +11,7 @@ from django.core.files.base import ContentFile
 from django_resourcesync.rebuild import rebuild_set
 from example_project.repository.models import Item, ItemFile
 
-from .conftest import demo_set
+from .conftest import demo_set, publish_versions
 from .helpers import fetch, path_of, resource_list_entries
 from .xmlcheck import SM, check_document, entries, link, links, md
 
@@ -26,12 +26,7 @@ def committing(django_capture_on_commit_callbacks):
 @pytest.fixture
 def rewritten(seed, committing, documents_storage):
     """The files' set publishing prior versions; one file rewritten twice, a second apart."""
-    resource_set = demo_set("bitstreams")
-    resource_set.prior_versions = True
-    resource_set.save()
-    with committing():
-        seed(2)
-    rebuild_set(resource_set)
+    resource_set = publish_versions(seed, committing, 2)
     upload = ItemFile.objects.filter(item__is_public=True).order_by("pk").first()
     for number, content in enumerate(VERSIONS):
         if number:
@@ -153,12 +148,7 @@ def test_the_admin_says_what_the_version_store_holds_for_the_set(rewritten, admi
 def test_mementos_from_before_a_resource_left_the_set_are_not_those_of_it_back(seed, committing, documents_storage):
     from django_resourcesync import tracking
 
-    resource_set = demo_set("bitstreams")
-    resource_set.prior_versions = True
-    resource_set.save()
-    with committing():
-        seed(2)
-    rebuild_set(resource_set)
+    resource_set = publish_versions(seed, committing, 2)
     subject, other = list(ItemFile.objects.order_by("pk")[:2])
     for upload in (subject, other):  # the same bytes: kept while the other file is listed
         with committing():
@@ -181,12 +171,7 @@ def test_bytes_shared_by_two_resources_are_forgotten_once_neither_is_listed(seed
     from django_resourcesync import tracking
     from django_resourcesync.models import Version
 
-    resource_set = demo_set("bitstreams")
-    resource_set.prior_versions = True
-    resource_set.save()
-    with committing():
-        seed(2)
-    rebuild_set(resource_set)
+    publish_versions(seed, committing, 2)
     uploads = list(ItemFile.objects.order_by("pk")[:2])
     assert uploads[0].item_id != uploads[1].item_id
     for upload in uploads:
@@ -206,12 +191,7 @@ def test_bytes_a_leaving_resource_had_stay_kept_for_another_saved_with_them_in_t
 ):
     from django_resourcesync import tracking
 
-    resource_set = demo_set("bitstreams")
-    resource_set.prior_versions = True
-    resource_set.save()
-    with committing():
-        seed(2)
-    rebuild_set(resource_set)
+    resource_set = publish_versions(seed, committing, 2)
     leaving, staying = list(ItemFile.objects.order_by("pk")[:2])
     with committing():
         leaving.file.save("x.txt", ContentFile(b"bytes X"))

@@ -62,6 +62,19 @@ def settle():
     assert push.runner.idle(timeout=30)
 
 
+def subscribe_to_changes(hub_source, seed, subscriber):
+    """The metadata set, published with a change channel, and ``subscriber`` verified on it."""
+    seed(2)
+    resource_set = offer(demo_set("metadata"), "change-notification")
+    rebuild_set(resource_set)
+    settle()
+    changes = topic(hub_source, resource_set, "change-notification")
+    assert subscriber.request(f"{hub_source}/resourcesync/hub", "subscribe", changes)[0] == 202
+    assert subscriber.wait(lambda: subscriber.verified)
+    settle()
+    return resource_set, changes
+
+
 def test_the_capability_list_advertises_each_channel_with_its_hub_and_the_topic_answers_with_link_headers(
     seed, db, settings
 ):
@@ -185,14 +198,7 @@ def test_a_framework_notification_follows_a_rebuild_and_a_change_of_the_sets(hub
 
 
 def test_a_failing_callback_is_retried_until_it_answers(hub_source, seed, subscriber):
-    seed(2)
-    resource_set = offer(demo_set("metadata"), "change-notification")
-    rebuild_set(resource_set)
-    settle()
-    changes = topic(hub_source, resource_set, "change-notification")
-    assert subscriber.request(f"{hub_source}/resourcesync/hub", "subscribe", changes)[0] == 202
-    assert subscriber.wait(lambda: subscriber.verified)
-    settle()
+    subscribe_to_changes(hub_source, seed, subscriber)
     subscriber.fail_next = 2
     item = Item.objects.order_by("pk").first()
     item.title = "Retried"
@@ -426,14 +432,7 @@ def test_framework_notifications_tell_of_a_new_change_list_under_its_index_and_o
 def test_a_notify_that_was_lost_is_made_up_by_the_safety_net(hub_source, seed, subscriber, monkeypatch):
     from django_resourcesync.tasks import deliver_due_task
 
-    seed(2)
-    resource_set = offer(demo_set("metadata"), "change-notification")
-    rebuild_set(resource_set)
-    settle()
-    changes = topic(hub_source, resource_set, "change-notification")
-    assert subscriber.request(f"{hub_source}/resourcesync/hub", "subscribe", changes)[0] == 202
-    assert subscriber.wait(lambda: subscriber.verified)
-    settle()
+    subscribe_to_changes(hub_source, seed, subscriber)
     with monkeypatch.context() as patched:
         patched.setattr(push, "queue", lambda *args, **kwargs: None)  # the broker is down
         item = Item.objects.order_by("pk").first()
@@ -517,14 +516,7 @@ def test_a_callback_that_answers_a_byte_at_a_time_is_cut_off_at_the_timeout(sett
 
 def test_a_callback_that_hangs_does_not_hold_up_the_save(hub_source, seed, subscriber, settings):
     settings.RESOURCESYNC = {**settings.RESOURCESYNC, "HUB_TIMEOUT": 30}  # a delivery may hang 30 s
-    seed(2)
-    resource_set = offer(demo_set("metadata"), "change-notification")
-    rebuild_set(resource_set)
-    settle()
-    changes = topic(hub_source, resource_set, "change-notification")
-    assert subscriber.request(f"{hub_source}/resourcesync/hub", "subscribe", changes)[0] == 202
-    assert subscriber.wait(lambda: subscriber.verified)
-    settle()
+    subscribe_to_changes(hub_source, seed, subscriber)
     subscriber.hang_next = 1
     item = Item.objects.order_by("pk").first()
     item.title = "Saved while the subscriber hangs"

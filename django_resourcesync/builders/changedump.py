@@ -233,7 +233,7 @@ def published(resource_set):
 def _last_modified(resource_set):
     # A package withdrawn, packed again or archived changes the document too: the newest of
     # those dates; None while it has no package (all of them may have gone to its archive).
-    rows = resource_set.changedump_packages.values_list("written", "withdrawn", "archived", flat=False)
+    rows = resource_set.changedump_packages.values_list("written", "withdrawn", "archived")
     if not resource_set.changedump_packages.filter(archived__isnull=True).exists():
         return None
     return max((moment for row in rows for moment in row if moment), default=None)
