@@ -97,6 +97,16 @@ DEFAULTS = {
     # URI schemes an rs:ln href or profile may have; a link to any other (javascript:, data:,
     # file:) is not published. Add "urn", "ftp"... for links the site means to publish.
     "LINK_SCHEMES": ("http", "https"),
+    # A stylesheet for the documents, so that a person opening one in a browser reads a table with
+    # links instead of raw XML: an xml-stylesheet processing instruction at the top of every
+    # document (Destinations' parsers skip it). None or False: no stylesheet; True: the app's own,
+    # served at /resourcesync/resourcesync.xsl; a string: that URL (a browser applies only a
+    # stylesheet from the document's own origin). Documents written before a change keep theirs
+    # until they are rebuilt.
+    "STYLESHEET": None,
+    # The REST API (/resourcesync/api/): requests an anonymous client may make, per IP address,
+    # as DRF writes rates ("300/minute"); None: no limit.
+    "API_ANON_RATE": "300/minute",
     # Modules (import strings) that register resource sources, besides the autodiscovered
     # ``resourcesync`` module of every installed app.
     "SOURCE_MODULES": [],

@@ -41,6 +41,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_resourcesync",
     "example_project.repository",
 ]
@@ -154,6 +157,26 @@ RESOURCESYNC = {
     # The built-in hub takes callbacks on this machine too, so that push can be tried with a
     # subscriber on localhost. A site on the Internet leaves this off (the default).
     "HUB_ALLOW_PRIVATE_CALLBACKS": os.environ.get("RESOURCESYNC_HUB_ALLOW_PRIVATE_CALLBACKS", "1") == "1",
+    # A person opening a document in a browser reads a table with links.
+    "STYLESHEET": True,
+}
+
+# The REST API (/resourcesync/api/) authenticates as the site does: a session (the admin's
+# login), HTTP Basic, or a token (``manage.py drf_create_token <user>``).
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.BasicAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "django-resourcesync",
+    "DESCRIPTION": "What the ResourceSync Source publishes: sets, builds, documents, changes.",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # Celery: with no broker configured, tasks run in the calling process (the embedded default).

@@ -92,3 +92,6 @@ def publish_versions(seed, committing, items, capabilities=None):
         seed(items)
     rebuild_set(resource_set)
     return resource_set
+
+
+from .browser import browser  # noqa: E402,F401  (the fixture of the tests in a real browser)
