@@ -121,11 +121,25 @@ def ensure_redis():
     wait_for_port(6379, "Redis")
 
 
+def ensure_browser():
+    """Debian's chromium and its driver, for the tests of what a person looks at (admin pages,
+    readable documents); installed as root where missing, else those tests are skipped."""
+    if shutil.which("chromium") and shutil.which("chromedriver"):
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        say("chromium and chromedriver are missing (as root: apt-get install chromium chromium-driver): browser tests skipped")
+        return
+    apt_install("chromium", "chromium-driver", "fonts-dejavu-core")
+
+
 def demo(args):
+    if port_open(args.port):
+        sys.exit(f"[dev] port {args.port} is taken: stop what runs there, or choose another with --port")
     ensure_virtualenv()
     env = {k: v for k, v in os.environ.items() if k not in PRODUCTION_VARIABLES}
     env["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
     env.setdefault("RESOURCESYNC_BASE_URL", f"http://127.0.0.1:{args.port}")
+    base = env["RESOURCESYNC_BASE_URL"]
     manage = [PYTHON, "manage.py"]
     run(*manage, "migrate", "--no-input", "-v0", env=env)
     has_items = run(
@@ -134,12 +148,18 @@ def demo(args):
     ).stdout.strip().endswith("True")
     if not has_items:
         run(*manage, "seed_repository", "--items", args.items, env=env)
+    login = run(*manage, "prepare_demo", "--base-url", base, env=env, capture_output=True, text=True).stdout.strip()
     run(*manage, "resourcesync_rebuild", env=env)
-    say(f"the demo Source: {env['RESOURCESYNC_BASE_URL']}/.well-known/resourcesync  (Ctrl-C stops it)")
+    say(f"the demo Source: {base}/.well-known/resourcesync")
+    for line in login.splitlines():
+        say(line)
+    say("Ctrl-C stops it")
     try:
-        run(*manage, "runserver", f"127.0.0.1:{args.port}", env=env, check=False)
+        # --insecure: the admin's styles and scripts are served with DEBUG off, as in the demo.
+        server = run(*manage, "runserver", f"127.0.0.1:{args.port}", "--insecure", "--noreload", env=env, check=False)
     except KeyboardInterrupt:
-        pass
+        return
+    sys.exit(server.returncode)
 
 
 class S3Endpoint:
@@ -238,6 +258,7 @@ def test(args):
     run(PYTHON, "-m", "ruff", "check", ".", env=env)
     say("docs: sphinx-build -W")
     run(PYTHON, "-m", "sphinx", "-W", "-q", "-b", "html", "docs", "docs/_build/html", env=env)
+    ensure_browser()
     embedded = timed("test suite, embedded defaults (SQLite, files, tasks in process)", *pytest, env=env)
     if args.embedded_only:
         sys.exit(embedded)

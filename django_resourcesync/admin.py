@@ -1,26 +1,32 @@
 from celery.result import EagerResult
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import FieldError, ImproperlyConfigured, ValidationError
-from django.db import DatabaseError, transaction
+from django.core.exceptions import FieldDoesNotExist, FieldError, ImproperlyConfigured, PermissionDenied, ValidationError
+from django.db import DatabaseError, models, transaction
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
+from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.defaultfilters import filesizeformat
-from django.urls import reverse
-from django.utils.html import format_html, format_html_join
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import escape, format_html, format_html_join
+from django.utils.timesince import timesince
 from django.utils.translation import gettext_lazy as _
 
-from . import capabilities, uris, versions
+from . import capabilities, charts, overview, uris, versions
+from .builders import changedump
 from .capabilities import CAPABILITY_CHOICES
 from .models import (
     Build,
     BuildPart,
+    ChangeDumpPackage,
     ChangeEvent,
     ChangeList,
     Delivery,
     Document,
     LeftOut,
     Notification,
+    PendingChange,
     Resource,
     ResourceSet,
     Subscription,
@@ -30,10 +36,18 @@ from .sources import registry
 from .tasks import rebuild_set_task, reconcile_set_task
 
 
+def _model_label(source):
+    """The model whose objects a source's items are (what its filter's lookups name)."""
+    try:
+        return registry.get(source).queryset({}).model._meta.label
+    except Exception:  # a source whose items() fails is reported by the set's builds, not the form
+        return "?"
+
+
 class ResourceSetForm(forms.ModelForm):
-    source = forms.ChoiceField(label=_("source"), choices=())
+    source = forms.ChoiceField(label=_("Source"), choices=(), help_text=_("A registered resource source."))
     capabilities = forms.MultipleChoiceField(
-        label=_("capabilities"),
+        label=_("Capabilities"),
         choices=CAPABILITY_CHOICES,
         widget=forms.CheckboxSelectMultiple,
         required=False,
@@ -47,6 +61,17 @@ class ResourceSetForm(forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["source"].choices = [(name, name) for name in registry.names()]
+        # Help texts are HTML in the admin: written here so that none of their text is taken for a
+        # tag. (A manager who may only view sets gets a form without these fields.)
+        if "slug" in self.fields:
+            self.fields["slug"].help_text = escape(_("Part of the set's URIs: /resourcesync/<slug>/capabilitylist.xml"))
+        if "lookups" in self.fields:
+            self.fields["lookups"].help_text = format_html(
+                "{} {}", _('Queryset lookups on the source\'s items, as a JSON object, e.g. {"pk__in": [1, 2, 3]}.'),
+                _("The items of each source: %(models)s.") % {"models": ", ".join(
+                    f"{name}: {_model_label(name)}" for name in registry.names()
+                )},
+            )
 
     def clean(self):
         """Run the filter once, so that what the database refuses (a bad regular expression, say)
@@ -72,15 +97,110 @@ class ResourceSetForm(forms.ModelForm):
         return cleaned
 
 
+class Dates:
+    """Every date of the app's admin pages in one format, with seconds, in the site's time zone
+    (``2026-11-23 06:08:39 UTC``), whatever the site's ``DATETIME_FORMAT``: a manager compares
+    them at a glance. The model's date fields named in ``list_display``, ``fields`` and
+    ``readonly_fields`` are shown through :func:`when`."""
+
+    _columns = {}
+
+    def _dated(self, names):
+        return [self._column(name) if isinstance(name, str) and self._is_datetime(name) else name for name in names]
+
+    def _is_datetime(self, name):
+        try:
+            return isinstance(self.model._meta.get_field(name), models.DateTimeField)
+        except FieldDoesNotExist:
+            return False
+
+    def _column(self, name):
+        key = (self.model, name)
+        if key not in self._columns:
+            def column(obj):
+                return when(getattr(obj, name))
+
+            column.__name__ = name
+            self._columns[key] = admin.display(
+                description=self.model._meta.get_field(name).verbose_name, ordering=name
+            )(column)
+        return self._columns[key]
+
+    def get_list_display(self, request):
+        return self._dated(super().get_list_display(request))
+
+    def get_fields(self, request, obj=None):
+        return self._dated(super().get_fields(request, obj))
+
+    def get_readonly_fields(self, request, obj=None):
+        return self._dated(super().get_readonly_fields(request, obj))
+
+
+def when(value):
+    """A datetime in the one format of the app's admin pages; — for none."""
+    if value is None:
+        return "—"
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def ago(value):
+    """How long ago, with the exact time in the tooltip."""
+    if value is None:
+        return "—"
+    return format_html('<span title="{}">{}</span>', when(value), _("%(time)s ago") % {"time": timesince(value)})
+
+
+def link(uri, text=None):
+    """A URI as a link, the whole URI in its tooltip (only http(s) and paths: a value from the
+    data never becomes a script link)."""
+    if not uri:
+        return "—"
+    if not str(uri).lower().startswith(("http://", "https://", "/")):
+        return uri
+    return format_html('<a href="{}" class="resourcesync-uri" title="{}">{}</a>', uri, uri, text or uri)
+
+
+def size(value):
+    return "—" if value is None else filesizeformat(value)
+
+
+#: The capabilities the list of sets shows a row of (the others: a line naming them).
+MAIN_CAPABILITIES = (capabilities.RESOURCELIST, capabilities.CHANGELIST, capabilities.RESOURCEDUMP, capabilities.CHANGEDUMP)
+
+STATE_CLASSES = {
+    overview.PUBLISHED: "published", overview.BUILDING: "building", overview.FAILED: "failed", overview.NOT_BUILT: "not-built",
+}
+
+
+def state_badge(state):
+    css = STATE_CLASSES[state.state]
+    return format_html('<span class="resourcesync-state resourcesync-state-{}">{}</span>', css, _(state.state))
+
+
+def failure_link(state):
+    if state.failure is None:
+        return ""
+    url = reverse("admin:resourcesync_build_change", args=[state.failure.pk])
+    return format_html(
+        '<a href="{}" class="resourcesync-failure" title="{}">{}</a>', url, when(state.failure.finished), state.reason
+    )
+
+
 @admin.register(ResourceSet)
 class ResourceSetAdmin(admin.ModelAdmin):
+    """The sets, with what each publishes at a glance: per capability its state, when what is
+    served was made, its entries and size, and why the last build failed; the changes waiting
+    and made; a chart of the last 30 days. The set's page has buttons to rebuild and reconcile."""
+
     form = ResourceSetForm
-    list_display = ["name", "slug", "source", "enabled", "capability_names", "resource_count", "left_out_count", "last_build"]
-    list_filter = ["enabled", "source"]
+    list_display = ["set_name", "overview_table", "activity_column", "resource_count"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
-    readonly_fields = ["published"]
+    readonly_fields = ["overview"]
     actions = ["rebuild", "reconcile"]
+
+    class Media:
+        css = {"all": ["resourcesync/admin.css"]}
 
     def get_queryset(self, request):
         # Counted by subqueries: one join of both tables would multiply their rows.
@@ -91,48 +211,131 @@ class ResourceSetAdmin(admin.ModelAdmin):
             left_out_total=Coalesce(Subquery(left_out.values("n")), 0),
         )
 
-    @admin.display(description=_("left out"), ordering="left_out_total")
-    def left_out_count(self, obj):
-        """Objects among the set's items that cannot be published, linked to their reasons."""
-        if not obj.left_out_total:
-            return "0"
-        return format_html(
-            '<a href="{}?resource_set__id__exact={}">{}</a>',
-            reverse("admin:resourcesync_leftout_changelist"), obj.pk, obj.left_out_total
-        )
+    def get_fieldsets(self, request, obj=None):
+        fields = ["name", "slug", "source", "lookups", "describedby", "capabilities", "prior_versions", "enabled", "position"]
+        if obj is None:
+            return [(None, {"fields": fields})]
+        return [(_("What it publishes"), {"fields": ["overview"]}), (_("Settings"), {"fields": fields})]
 
-    @admin.display(description=_("capabilities"))
-    def capability_names(self, obj):
-        return ", ".join(obj.capabilities or []) or "—"
+    @admin.display(description=_("set"), ordering="name")
+    def set_name(self, obj):
+        return format_html(
+            '<strong>{}</strong><br><span class="resourcesync-quiet">{} · {}</span>{}', obj.name, obj.slug, obj.source,
+            "" if obj.enabled else format_html(
+                ' <span class="resourcesync-state resourcesync-state-not-built">{}</span>', _("disabled")
+            ),
+        )
 
     @admin.display(description=_("resources"), ordering="resource_total")
     def resource_count(self, obj):
-        return obj.resource_total
+        """The resources listed, and the objects among the set's items that cannot be
+        published, linked to their reasons."""
+        if not obj.left_out_total:
+            return obj.resource_total
+        return format_html(
+            '{}<br><a href="{}?resource_set__id__exact={}" class="resourcesync-failure">{}</a>', obj.resource_total,
+            reverse("admin:resourcesync_leftout_changelist"), obj.pk,
+            _("%(n)d left out") % {"n": obj.left_out_total},
+        )
 
-    @admin.display(description=_("last build"))
-    def last_build(self, obj):
-        build = obj.builds.order_by("-pk").first()
-        return f"{build.status}, {build.finished or build.started:%Y-%m-%d %H:%M:%S}" if build else "—"
+    @admin.display(description=_("changes: day / week"))
+    def activity_column(self, obj):
+        """The changes of the last day and week, the last 30 days drawn, and what waits."""
+        activity = overview.activity(obj)
+        pending = overview.pending_changes(obj).count()
+        waiting = "" if not pending else format_html(
+            '<br><a href="{}?source__exact={}">{}</a>', reverse("admin:resourcesync_pendingchange_changelist"), obj.source,
+            _("%(n)d pending") % {"n": pending},
+        )
+        return format_html(
+            '<div class="resourcesync-counts">{} / {}</div>{}{}',
+            activity.last_day, activity.last_week, charts.activity_svg(activity, width=150, height=28, detailed=False), waiting,
+        )
+
+    @admin.display(description=_("capabilities: state, made, entries, size, last failure"))
+    def overview_table(self, obj):
+        """Each document capability: state, age of what is served, entries, size, the last
+        failure; the archives and notification channels it offers, named in one line."""
+        states = [state for state in overview.capability_states(obj) if state.capability.name in MAIN_CAPABILITIES]
+        others = [capability.label for capability in capabilities.TABLE
+                  if obj.has_capability(capability.name) and capability.name not in MAIN_CAPABILITIES]
+        if not states and not others:
+            return "—"
+        also = "" if not others else format_html(
+            '<div class="resourcesync-quiet">{} {}</div>', _("Also:"), ", ".join(str(label) for label in others)
+        )
+        rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", (
+            (link(state.uri, state.capability.label) if obj.enabled and state.served
+             else state.capability.label,
+             state_badge(state), ago(state.published), "—" if state.entries is None else state.entries,
+             size(state.bytes), failure_link(state))
+            for state in states
+        ))
+        return format_html('<table class="resourcesync-overview">{}</table>{}', rows, also)
 
     @admin.display(description=_("published documents"))
-    def published(self, obj):
+    def overview(self, obj):
+        """The set's page: every capability in full, the changes, the chart, the version store."""
         if obj.pk is None:
             return "—"
-        rows = [(uris.capability_list_uri(obj), "Capability List", "")]
-        for capability in capabilities.TABLE:
-            if obj.has_capability(capability.name):
-                described = capability.builder.describe(obj)
-                if described is not None:
-                    rows.append((uris.document_uri(obj, capability.document), capability.name, described))
-        listed = format_html("<ul>{}</ul>", format_html_join("", '<li><a href="{}">{}</a> {}</li>', rows))
+        capability_list = uris.capability_list_uri(obj)
+        head = format_html(
+            "<p>{} {}</p>", _("Capability List:"),
+            link(capability_list) if obj.enabled else _("not published (the set is disabled)"),
+        )
+        rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", (
+            (state.capability.label, state_badge(state),
+             link(state.uri, state.uri.rsplit("/", 1)[-1]) if obj.enabled and state.served else "—",
+             ago(state.published), "—" if state.entries is None else state.entries, size(state.bytes),
+             format_html("{}{}", failure_link(state), state.note or ""))
+            for state in overview.capability_states(obj)
+        ))
+        table = format_html(
+            '<table class="resourcesync-overview"><thead><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th>'
+            "<th>{}</th><th>{}</th></tr></thead><tbody>{}</tbody></table>",
+            _("capability"), _("state"), _("document"), _("made"), _("entries"), _("size"), _("notes"), rows,
+        )
+        activity = overview.activity(obj)
+        pending = overview.pending_changes(obj).count()
+        changes = format_html(
+            "<p>{}</p>{}",
+            _("Changes: %(day)d in the last day, %(week)d in the last week; %(pending)d waiting to be processed.")
+            % {"day": activity.last_day, "week": activity.last_week, "pending": pending},
+            charts.activity_svg(activity),
+        )
         held = versions.held(obj)
-        if held is None:
-            return listed
-        return format_html(
-            "{}<p>{}</p>", listed,
+        store = "" if held is None else format_html(
+            "<p>{}</p>",
             _("Version store: %(versions)d version(s), %(size)s, of %(changes)d change(s).")
             % {"versions": held["versions"], "size": filesizeformat(held["bytes"]), "changes": held["changes"]},
         )
+        return format_html("{}{}{}{}", head, table, changes, store)
+
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        own = [
+            path("<int:pk>/rebuild/", view(self.rebuild_view), name="resourcesync_resourceset_rebuild"),
+            path("<int:pk>/reconcile/", view(self.reconcile_view), name="resourcesync_resourceset_reconcile"),
+        ]
+        return own + super().get_urls()
+
+    def rebuild_view(self, request, pk):
+        return self._button(request, pk, self.rebuild)
+
+    def reconcile_view(self, request, pk):
+        return self._button(request, pk, self.reconcile)
+
+    def _button(self, request, pk, action):
+        """A button of the set's page (POST only): run the action on the set, come back with its message."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        resource_set = self.get_object(request, str(pk))
+        if resource_set is None:
+            raise Http404(_("No such resource set."))
+        if not self.has_change_permission(request, resource_set):
+            raise PermissionDenied
+        action(request, ResourceSet.objects.filter(pk=resource_set.pk))
+        return HttpResponseRedirect(reverse("admin:resourcesync_resourceset_change", args=[resource_set.pk]))
 
     @admin.action(description=_("Rebuild the selected sets now"), permissions=["change"])
     def rebuild(self, request, queryset):
@@ -156,18 +359,26 @@ class ResourceSetAdmin(admin.ModelAdmin):
         """Send ``task`` for each selected set and say what happened. With tasks run in process
         (``CELERY_TASK_ALWAYS_EAGER``: the demo, the tests) the work is done in this request, so a
         set that fails (a full disk, a broken filter), like a broker that cannot be reached, is an
-        error message naming the set, never a 500, and the other sets go on."""
+        error message naming the set, never a 500, and the other sets go on. A rebuild that ran
+        but left a build failed says so too."""
         done = sent = 0
         for resource_set in queryset:
+            newest = Build.objects.filter(resource_set=resource_set).order_by("-pk").values_list("pk", flat=True).first() or 0
             try:
                 result = task.delay(resource_set.pk)
                 if isinstance(result, EagerResult):
                     result.get()  # raises the task's error when CELERY_TASK_EAGER_PROPAGATES is off
             except Exception as exc:
-                self.message_user(request, failed % {"set": resource_set, "error": exc}, messages.ERROR)
+                reason = overview.one_line(str(exc)) or exc
+                self.message_user(request, failed % {"set": resource_set, "error": reason}, messages.ERROR)
                 continue
             if isinstance(result, EagerResult) or task.app.conf.task_always_eager:
-                done += 1
+                failures = Build.objects.filter(resource_set=resource_set, pk__gt=newest, status=Build.Status.FAILED)
+                for build in failures:
+                    reason = overview.one_line(build.error)
+                    self.message_user(request, failed % {"set": resource_set, "error": reason}, messages.ERROR)
+                if not failures:
+                    done += 1
             else:
                 sent += 1
         if done:
@@ -176,8 +387,11 @@ class ResourceSetAdmin(admin.ModelAdmin):
             self.message_user(request, queued % {"n": sent}, messages.SUCCESS)
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(Dates, admin.ModelAdmin):
     """The app's own records: they are what is published, so the admin only shows them."""
+
+    class Media:
+        css = {"all": ["resourcesync/admin.css"]}
 
     def has_add_permission(self, request):
         return False
@@ -189,7 +403,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class ReadOnlyInline(admin.TabularInline):
+class ReadOnlyInline(Dates, admin.TabularInline):
     extra = 0
     can_delete = False
 
@@ -199,8 +413,16 @@ class ReadOnlyInline(admin.TabularInline):
 
 class DocumentInline(ReadOnlyInline):
     model = Document
-    fields = ["name", "is_index", "entries", "size", "at", "completed"]
+    fields = ["served_at", "is_index", "entries", "human_size", "at", "completed", "withdrawn"]
     readonly_fields = fields
+
+    @admin.display(description=_("document"))
+    def served_at(self, obj):
+        return link(uris.document_uri(obj.resource_set, obj.name), obj.name)
+
+    @admin.display(description=_("size"))
+    def human_size(self, obj):
+        return size(obj.size)
 
 
 class BuildPartInline(ReadOnlyInline):
@@ -213,11 +435,13 @@ class BuildPartInline(ReadOnlyInline):
 
 @admin.register(Build)
 class BuildAdmin(ReadOnlyAdmin):
-    list_display = [
-        "pk", "resource_set", "capability", "status", "parts_done", "entries", "documents", "at", "completed", "finished"
-    ]
+    list_display = ["pk", "resource_set", "capability", "status", "reason", "entries", "at", "finished"]
     list_filter = ["status", "capability", "resource_set"]
-    readonly_fields = ["parts_done"]
+    fields = [
+        "resource_set", "capability", "status", "failure", "at", "completed", "entries", "documents", "parts_done",
+        "started", "finished", "report",
+    ]
+    readonly_fields = ["parts_done", "failure"]
     inlines = [BuildPartInline, DocumentInline]
 
     def get_queryset(self, request):
@@ -232,20 +456,42 @@ class BuildAdmin(ReadOnlyAdmin):
             return "—"
         return _("%(done)d of %(total)d") % {"done": obj.parts_finished, "total": obj.parts_total}
 
+    @admin.display(description=_("why it failed"))
+    def reason(self, obj):
+        return overview.one_line(obj.error) or "—"
+
+    @admin.display(description=_("why it failed"))
+    def failure(self, obj):
+        """The reason in one line, the traceback folded under it."""
+        if not obj.error:
+            return "—"
+        return format_html(
+            '<p class="resourcesync-failure">{}</p><details><summary>{}</summary><pre class="resourcesync-traceback">{}</pre>'
+            "</details>", overview.one_line(obj.error), _("traceback"), obj.error,
+        )
+
 
 @admin.register(Resource)
 class ResourceAdmin(ReadOnlyAdmin):
-    list_display = ["uri", "resource_set", "lastmod", "length", "media_type"]
+    list_display = ["resource", "resource_set", "lastmod", "human_length", "media_type"]
     list_filter = ["resource_set"]
     search_fields = ["uri"]
     show_full_result_count = False
+
+    @admin.display(description=_("URI"), ordering="uri")
+    def resource(self, obj):
+        return link(obj.uri)
+
+    @admin.display(description=_("length"), ordering="length")
+    def human_length(self, obj):
+        return size(obj.length)
 
 
 @admin.register(ChangeEvent)
 class ChangeEventAdmin(ReadOnlyAdmin):
     """The change log: read-only, filterable by set, kind of change and date."""
 
-    list_display = ["id", "datetime", "change", "uri", "resource_set", "changelist_number"]
+    list_display = ["id", "datetime", "change", "resource", "resource_set", "changelist_number"]
     list_filter = ["resource_set", "change"]
     date_hierarchy = "datetime"
     search_fields = ["uri"]
@@ -256,10 +502,49 @@ class ChangeEventAdmin(ReadOnlyAdmin):
     def changelist_number(self, obj):
         return obj.changelist.number
 
+    @admin.display(description=_("URI"), ordering="uri")
+    def resource(self, obj):
+        return link(obj.uri)
+
+
+@admin.register(ChangeDumpPackage)
+class ChangeDumpPackageAdmin(ReadOnlyAdmin):
+    """The packages of a set's Change Dump: which changes each carries, and its size."""
+
+    list_display = ["number", "resource_set", "package", "from_time", "until", "entries", "human_size", "withdrawn", "archived"]
+    list_filter = ["resource_set"]
+    fields = [
+        "resource_set", "number", "package", "from_time", "until", "first_event", "last_event", "entries", "human_size",
+        "sha256", "written", "withdrawn", "archived",
+    ]
+    readonly_fields = ["package", "human_size"]
+
+    @admin.display(description=_("package"))
+    def package(self, obj):
+        name = changedump.package_name(obj.number)
+        if obj.withdrawn or obj.archived:
+            return name
+        return link(uris.document_uri(obj.resource_set, name), name)
+
+    @admin.display(description=_("size"), ordering="size")
+    def human_size(self, obj):
+        return size(obj.size)
+
+
+@admin.register(PendingChange)
+class PendingChangeAdmin(ReadOnlyAdmin):
+    """The outbox: objects saved or deleted whose change is not yet in the log. Processing
+    empties it within seconds; rows that stay say a set fails to apply them (see its builds)."""
+
+    list_display = ["id", "source", "object_pk", "related", "recorded", "resource_set"]
+    list_filter = ["source"]
+    search_fields = ["object_pk"]
+    show_full_result_count = False
+
 
 @admin.register(ChangeList)
 class ChangeListAdmin(ReadOnlyAdmin):
-    list_display = ["resource_set", "number", "from_time", "until", "entries"]
+    list_display = ["resource_set", "number", "from_time", "until", "entries", "archived"]
     list_filter = ["resource_set"]
 
 

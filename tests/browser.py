@@ -60,7 +60,14 @@ class Browser:
         self.find("#id_username").send_keys(username)
         self.find("#id_password").send_keys(password)
         self.find("input[type=submit]").click()
+        self.wait_for(lambda driver: "/login/" not in driver.current_url)
         return self
+
+    def wait_for(self, condition, seconds=20):
+        """Wait until ``condition(driver)`` is true (a page loading after a click)."""
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        return WebDriverWait(self.driver, seconds).until(condition)
 
 
 @pytest.fixture

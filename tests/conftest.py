@@ -78,6 +78,24 @@ def pages(db):
     return demo_set("pages")
 
 
+@pytest.fixture
+def full_disk_for_metadata():
+    """The documents' storage refuses the metadata set's files, as a full disk would."""
+    from unittest import mock
+
+    from django_resourcesync import storage
+
+    save = storage.save
+
+    def full_disk(name, fileobj):
+        if "/metadata/" in name:
+            raise OSError(28, "No space left on device")
+        return save(name, fileobj)
+
+    with mock.patch.object(storage, "save", full_disk):
+        yield
+
+
 def publish_versions(seed, committing, items, capabilities=None):
     """The example's files set, publishing prior versions (with ``capabilities``, if given),
     with ``items`` items, published once."""

@@ -1,0 +1,47 @@
+"""Make the demo a showcase: every capability on every set (the dumps where the source gives
+bytes), prior versions of the files and records, and a login for the admin. Idempotent; prints
+the login and where to use it."""
+
+import secrets
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from django_resourcesync import capabilities
+from django_resourcesync.models import ResourceSet
+
+USERNAME = "demo"
+
+
+class Command(BaseCommand):
+    help = "Offer every capability on the demo's sets and create the demo's admin login."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--base-url", default="http://127.0.0.1:8000", help="where the demo is served")
+
+    def handle(self, *args, base_url, **options):
+        for resource_set in ResourceSet.objects.all():
+            gives_bytes = resource_set.get_source().gives_bytes
+            resource_set.capabilities = [
+                capability.name for capability in capabilities.TABLE if gives_bytes or not capability.needs_bytes
+            ]
+            resource_set.prior_versions = gives_bytes
+            resource_set.save()
+        password = self.password()
+        User = get_user_model()
+        user = User.objects.filter(username=USERNAME).first() or User(username=USERNAME, email="demo@example.org")
+        user.is_staff = user.is_superuser = True
+        user.set_password(password)
+        user.save()
+        self.stdout.write(f"admin: {base_url}/admin/  (login {USERNAME!r}, password {password!r})")
+        self.stdout.write(f"API:   {base_url}/resourcesync/api/  (schema: {base_url}/resourcesync/api/schema/ui/)")
+
+    def password(self):
+        """The demo's password: made once, kept beside its database, so that it stays the same
+        from one run of the demo to the next."""
+        path = settings.VAR_DIR / "demo-password"
+        if not path.exists():
+            path.write_text(secrets.token_urlsafe(9))
+            path.chmod(0o600)
+        return path.read_text().strip()
