@@ -1,8 +1,8 @@
 from celery.result import EagerResult
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import FieldDoesNotExist, FieldError, ImproperlyConfigured, PermissionDenied, ValidationError
-from django.db import DatabaseError, models, transaction
+from django.core.exceptions import FieldDoesNotExist, PermissionDenied, ValidationError
+from django.db import models
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
@@ -34,6 +34,7 @@ from .models import (
 )
 from .sources import registry
 from .tasks import rebuild_set_task, reconcile_set_task
+from .validation import validate_resource_set
 
 
 def _model_label(source):
@@ -74,26 +75,16 @@ class ResourceSetForm(forms.ModelForm):
             )
 
     def clean(self):
-        """Run the filter once, so that what the database refuses (a bad regular expression, say)
-        is an error on the field rather than a 500 on save or a failed build later. In a savepoint,
-        so that on PostgreSQL the error does not break the request's transaction. A filter over
-        no rows may not be checked (SQLite): its first build then fails and says why."""
+        """What makes the set publishable (see :func:`~django_resourcesync.validation.validate_resource_set`,
+        which the REST API runs too): each problem an error on its field, never a 500 on save or
+        a failed build later."""
         cleaned = super().clean()
-        source, lookups = cleaned.get("source"), cleaned.get("lookups")
-        dumps = capabilities.needing_bytes(cleaned.get("capabilities") or [])
-        if source in registry and dumps and not registry.get(source).gives_bytes:
-            names = ", ".join(str(capabilities.get(name).label) for name in dumps)
-            self.add_error(
-                "capabilities",
-                _("The source %(source)s gives no bytes (neither a file nor content), so it cannot offer %(dumps)s: "
-                  "a dump holds the resources' bytes.") % {"source": source, "dumps": names},
+        try:
+            validate_resource_set(
+                source=cleaned.get("source"), lookups=cleaned.get("lookups"), capabilities=cleaned.get("capabilities") or []
             )
-        if source in registry and isinstance(lookups, dict):
-            try:
-                with transaction.atomic():
-                    registry.get(source).queryset(lookups).exists()
-            except (FieldError, ValueError, TypeError, ValidationError, ImproperlyConfigured, DatabaseError) as exc:
-                self.add_error("lookups", _("The source rejects this filter: %(error)s") % {"error": exc})
+        except ValidationError as exc:
+            self.add_error(None, exc)
         return cleaned
 
 
@@ -435,7 +426,7 @@ class BuildPartInline(ReadOnlyInline):
 
 @admin.register(Build)
 class BuildAdmin(ReadOnlyAdmin):
-    list_display = ["pk", "resource_set", "capability", "status", "reason", "entries", "at", "finished"]
+    list_display = ["pk", "resource_set", "capability", "status", "parts_done", "reason", "entries", "at", "finished"]
     list_filter = ["status", "capability", "resource_set"]
     fields = [
         "resource_set", "capability", "status", "failure", "at", "completed", "entries", "documents", "parts_done",

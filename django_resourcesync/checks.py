@@ -4,6 +4,7 @@ import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
+from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.core.exceptions import FieldError, ImproperlyConfigured
@@ -12,9 +13,9 @@ from django.http.request import validate_host
 from django.urls import NoReverseMatch, reverse
 
 from . import capabilities, versions
-from .conf import DEFAULTS, app_settings, source_module_errors
+from .conf import DEFAULTS, app_settings, is_rate, source_module_errors
 from .links import problems as link_problems
-from .models import ResourceSet
+from .models import RESERVED_SLUGS, ResourceSet
 from .sources import ResourceSource, ViewSource, registry
 
 
@@ -163,6 +164,7 @@ def check_settings(app_configs=None, **kwargs):
         )
     errors += _hub_errors()
     errors += _archive_errors()
+    errors += _api_errors()
     try:
         reverse("resourcesync:source-description")
     except NoReverseMatch:
@@ -201,6 +203,16 @@ def check_sets(app_configs=None, databases=None, **kwargs):
     except DatabaseError:  # not migrated yet
         return errors
     for resource_set in sets:
+        if resource_set.slug in RESERVED_SLUGS:
+            errors.append(
+                Warning(
+                    f"Resource set {resource_set.slug!r} has a reserved slug: /resourcesync/{resource_set.slug}/ is a "
+                    "route of the app, so none of its documents can be fetched.",
+                    hint="Give the set another slug in the admin (its documents are then published under it).",
+                    obj=resource_set,
+                    id="resourcesync.W011",
+                )
+            )
         if resource_set.source not in registry:
             errors.append(
                 Warning(
@@ -411,6 +423,35 @@ def _archive_errors():
             id="resourcesync.E025",
         )]
     return []
+
+
+#: What the API's pages need besides DRF itself: drf-spectacular's template of the schema page,
+#: and the sidecar's scripts and styles, served by the site (never from a CDN).
+API_PAGE_APPS = ("rest_framework", "drf_spectacular", "drf_spectacular_sidecar")
+
+
+def _api_errors():
+    """E026 and W010: the REST API (see docs/api.rst)."""
+    errors = []
+    rate = app_settings.API_ANON_RATE
+    if rate is not None and not is_rate(rate):
+        errors.append(Error(
+            f"RESOURCESYNC['API_ANON_RATE'] = {rate!r} is not a request rate.",
+            hint='Give requests per period as DRF writes rates, e.g. "300/minute", "10/second", "1000/day" (a positive '
+                 "number, a slash, a period starting with s, m, h or d), or None for no limit. Meanwhile the default, "
+                 f"{DEFAULTS['API_ANON_RATE']}, applies.",
+            id="resourcesync.E026",
+        ))
+    missing = [app for app in API_PAGE_APPS if not apps.is_installed(app)]
+    if missing:
+        errors.append(Warning(
+            f"The REST API's browsable pages and its schema page at /resourcesync/api/schema/ui/ cannot work: "
+            f"{', '.join(missing)} not in INSTALLED_APPS.",
+            hint=f"Add {', '.join(repr(app) for app in missing)} to INSTALLED_APPS (the packages are installed with "
+                 "django-resourcesync). The API itself and its schema at /resourcesync/api/schema/ answer meanwhile.",
+            id="resourcesync.W010",
+        ))
+    return errors
 
 
 def _hub_errors():

@@ -13,6 +13,8 @@ Read options through :data:`app_settings` (``app_settings.BASE_URL``). Unknown k
 hint.
 """
 
+import re
+
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
@@ -167,6 +169,17 @@ def archive_retention(capability):
     # A capability the project's dict does not name keeps its default.
     rule = rules.get(capability, DEFAULTS["ARCHIVE_RETENTION"].get(capability)) or {}
     return rule.get("count"), rule.get("age")
+
+
+#: A rate as DRF's throttles read it: a positive number of requests, "/", and a period whose
+#: first letter is s, m, h or d ("300/minute", "10/s").
+_RATE = re.compile(r"[1-9][0-9]*/[smhd][a-z]*")
+
+
+def is_rate(value):
+    """Whether ``value`` is a request rate DRF's throttles can read (``"300/minute"``); checked
+    here, below the API and the system checks that both need it."""
+    return isinstance(value, str) and _RATE.fullmatch(value) is not None
 
 
 def _reload(*, setting, **kwargs):

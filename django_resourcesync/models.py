@@ -20,6 +20,20 @@ def validate_lookups(value):
         raise ValidationError(_('Enter a JSON object of queryset lookups, such as {"collection__slug": "theses"}.'))
 
 
+#: Slugs a set may not take: ``/resourcesync/<slug>/`` would be shadowed by a route of the app
+#: (``/resourcesync/api/`` is the REST API).
+RESERVED_SLUGS = ("api",)
+
+
+def validate_slug_not_reserved(value):
+    if value in RESERVED_SLUGS:
+        raise ValidationError(
+            _("“%(slug)s” is reserved: /resourcesync/%(slug)s/ is a route of the app. Choose another slug."),
+            code="reserved",
+            params={"slug": value},
+        )
+
+
 def default_capabilities():
     return [RESOURCELIST]
 
@@ -34,7 +48,10 @@ class ResourceSet(models.Model):
     """A set of resources with its own Capability List (spec section 9)."""
 
     name = models.CharField(_("name"), max_length=200)
-    slug = models.SlugField(_("slug"), unique=True, help_text=_("Part of the set's URIs: /resourcesync/<slug>/…"))
+    slug = models.SlugField(
+        _("slug"), unique=True, validators=[validate_slug_not_reserved],
+        help_text=_("Part of the set's URIs: /resourcesync/<slug>/…")
+    )
     source = models.CharField(_("source"), max_length=100, help_text=_("A registered resource source."))
     lookups = models.JSONField(
         _("filter"),

@@ -4,7 +4,7 @@ The documents of a capability served live (see :mod:`.capabilities`) have routes
 made from the capability table; every other document is a file of a build, found by its name.
 """
 
-from django.urls import path
+from django.urls import include, path
 
 from . import capabilities, mementos, views
 from .push import views as push_views
@@ -15,6 +15,8 @@ urlpatterns = [
     path(".well-known/resourcesync", views.source_description, name="source-description"),
     path(".well-known/resourcesync/<int:number>.xml", views.source_description_part, name="source-description-part"),
     path("resourcesync/hub", push_views.hub, name="hub"),
+    # Before the sets' routes: the slug "api" is reserved for it.
+    path("resourcesync/api/", include("django_resourcesync.api.urls")),
     path("resourcesync/<slug:slug>/memento/<str:stamp>/<path:key>", mementos.memento, name="memento"),
     path("resourcesync/<slug:slug>/timemap/<path:key>", mementos.timemap, name="timemap"),
     path("resourcesync/<slug:slug>/timegate/<path:key>", mementos.timegate, name="timegate"),

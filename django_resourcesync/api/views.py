@@ -1,0 +1,356 @@
+"""The API's viewsets: sets, builds, documents, changes, pending changes and subscriptions.
+
+Each public endpoint shows anyone only what the Source's documents already publish: enabled
+sets, their current documents (never a withdrawn one) and the changes of their Change Lists.
+The rest is for managers (see :mod:`.permissions`). Every error is a 4xx with a JSON reason.
+"""
+
+from django.db.models import Count, Max, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Coalesce
+from django.http import JsonResponse
+from django.urls import Resolver404, resolve
+from django.utils.translation import gettext as _
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.routers import APIRootView
+
+from .. import capabilities
+from ..models import Build, ChangeEvent, Delivery, Document, LeftOut, PendingChange, Resource, ResourceSet, Subscription
+from ..tasks import rebuild_set_task, reconcile_set_task
+from . import filters, sending, serializers
+from .openapi import ApiSchema, described
+from .pagination import CursorPages, NewestFirst, SourceDescriptionOrder
+from .permissions import IsManager, ReadByAnyone, holds, sees_every_set
+from .throttling import throttles
+
+CAPABILITY_NAMES = [capability.name for capability in capabilities.TABLE]
+
+
+class ApiView:
+    """What every view of the API shares, whatever the site's DRF defaults are: its schema
+    class (so a site need not set ``DEFAULT_SCHEMA_CLASS``), the app's throttle, no filter
+    backends (each view reads its own parameters), and a 401 for a client that is not logged
+    in whenever one of the site's authentication classes can say how to log in."""
+
+    schema = ApiSchema()
+    filter_backends = []
+
+    def get_throttles(self):
+        return throttles()
+
+    def get_authenticate_header(self, request):
+        # DRF asks the first authentication class only: with session authentication first (it
+        # has no challenge) a client that is not logged in would get 403. Any class that has a
+        # challenge (Basic, Token) makes it a 401 that says how to authenticate.
+        for authenticator in self.get_authenticators():
+            header = authenticator.authenticate_header(request)
+            if header:
+                return header
+        return None
+
+
+class ApiRoot(ApiView, APIRootView):
+    """The API's endpoints."""
+
+    schema = None  # not an endpoint of the schema
+    permission_classes = [AllowAny]
+
+
+def _routed(path):
+    try:
+        return resolve(path).func is not not_found
+    except Resolver404:
+        return False
+
+
+@csrf_exempt  # it changes nothing: a POST without a CSRF token gets the 404 too, not an HTML 403
+def not_found(request, *args, **kwargs):
+    """Any other path under the API: a JSON 404 (not the site's HTML page, nor a set's document:
+    the slug ``api`` is reserved)."""
+    detail = _("Not found.")
+    if not request.path.endswith("/") and _routed(request.path + "/"):
+        detail += " " + _("The API's URLs end with a slash: %(path)s/") % {"path": request.path}
+    return JsonResponse({"detail": detail}, status=404)
+
+
+SET_PARAMETER = OpenApiParameter("set", str, description="Only those of the set with this slug.")
+SINCE = OpenApiParameter(
+    "since", str, description="Only changes at or after this W3C datetime (2024-05-01T12:00:00Z, 2024-05-01)."
+)
+UNTIL = OpenApiParameter("until", str, description="Only changes before this W3C datetime.")
+CAPABILITY_PARAMETER = OpenApiParameter("capability", str, enum=CAPABILITY_NAMES, description="Only those of this capability.")
+ERRORS = {
+    400: OpenApiResponse(
+        OpenApiTypes.OBJECT,
+        description='What cannot be understood, by parameter or field, and why: {"since": ["\'yesterday\' is not a W3C '
+        'datetime, …"]}.',
+    ),
+    404: OpenApiResponse(serializers.ErrorSerializer, description="No such object (or not one you may see)."),
+}
+MANAGER_ERRORS = {
+    401: OpenApiResponse(serializers.ErrorSerializer, description="Not logged in."),
+    403: OpenApiResponse(serializers.ErrorSerializer, description="Not a manager of this (staff with the model permission)."),
+    404: ERRORS[404],
+}
+# A manager reads a set with the fields of ResourceSet besides these.
+SET_VIEW = OpenApiResponse(
+    serializers.PublicResourceSetSerializer,
+    description="The set as anyone sees it. A manager (staff with the view or change permission of resource sets) "
+    "reads every field of ResourceSet besides.",
+)
+
+
+def _visible_sets(request):
+    sets = ResourceSet.objects.all()
+    return sets if sees_every_set(request) else sets.filter(enabled=True)
+
+
+@extend_schema_view(
+    list=described(
+        summary="Resource sets",
+        description="Every set for its managers; the enabled sets, with what their documents show, for anyone else.",
+        responses={200: SET_VIEW, 400: ERRORS[400]},
+    ),
+    retrieve=described(summary="A resource set", responses={200: SET_VIEW, 404: ERRORS[404]}),
+    create=described(summary="Create a set (managers)",
+                     responses={201: serializers.ResourceSetSerializer, 400: ERRORS[400], **MANAGER_ERRORS}),
+    update=described(summary="Replace a set (managers)",
+                     responses={200: serializers.ResourceSetSerializer, 400: ERRORS[400], **MANAGER_ERRORS}),
+    partial_update=described(summary="Change a set (managers)",
+                             responses={200: serializers.ResourceSetSerializer, 400: ERRORS[400], **MANAGER_ERRORS}),
+    destroy=described(summary="Delete a set and everything it published (managers)", responses={204: None, **MANAGER_ERRORS}),
+)
+class ResourceSetViewSet(ApiView, viewsets.ModelViewSet):
+    """The resource sets, by slug. Written by managers, validated as the admin's form does."""
+
+    queryset = ResourceSet.objects.all()
+    serializer_class = serializers.ResourceSetSerializer
+    lookup_field = "slug"
+    lookup_value_regex = r"[-a-zA-Z0-9_]+"
+    permission_classes = [ReadByAnyone]
+    pagination_class = SourceDescriptionOrder
+    manager_actions = {"rebuild": "change", "reconcile": "change"}
+
+    def get_queryset(self):
+        # Counted by subqueries: one join of both tables would multiply their rows.
+        resources = Resource.objects.filter(resource_set=OuterRef("pk")).order_by().values("resource_set")
+        left_out = LeftOut.objects.filter(resource_set=OuterRef("pk")).order_by().values("resource_set")
+        published = Build.objects.filter(
+            resource_set=OuterRef("pk"), status__in=[Build.Status.PUBLISHED, Build.Status.RETIRED]
+        ).order_by().values("resource_set")
+        sets = ResourceSet.objects.annotate(
+            resource_total=Coalesce(Subquery(resources.annotate(n=Count("pk")).values("n")), Value(0)),
+            left_out_total=Coalesce(Subquery(left_out.annotate(n=Count("pk")).values("n")), Value(0)),
+            last_published=Subquery(published.annotate(latest=Max("finished")).values("latest")),
+        )
+        if self.request.method in ("GET", "HEAD", "OPTIONS") and not sees_every_set(self.request):
+            sets = sets.filter(enabled=True)
+        return sets
+
+    def get_serializer_class(self):
+        if self.action in self.manager_actions:
+            return serializers.NoInputSerializer  # the browsable API's form of an action: a button
+        if self.action in ("list", "retrieve") and not sees_every_set(self.request):
+            return serializers.PublicResourceSetSerializer
+        return serializers.ResourceSetSerializer
+
+    @described(
+        summary="Rebuild the set's documents (managers)",
+        description="Sends the task resourcesync.rebuild_set. Run in process (no broker): 200, done with the builds made, "
+        "or failed with the reason. Sent to a broker: 202, queued, with the task's id.",
+        request=None,
+        responses={200: serializers.TaskAnswerSerializer, 202: serializers.TaskAnswerSerializer,
+                   409: OpenApiResponse(serializers.ErrorSerializer, description="The set is disabled."),
+                   503: OpenApiResponse(serializers.ErrorSerializer, description="The broker cannot be reached."),
+                   **MANAGER_ERRORS},
+    )
+    @action(detail=True, methods=["post"], permission_classes=[IsManager])
+    def rebuild(self, request, slug=None):
+        resource_set = self.get_object()
+        if not resource_set.enabled:
+            return Response({"detail": _("The set is disabled: enable it to build it.")}, status=status.HTTP_409_CONFLICT)
+        return sending.send(rebuild_set_task, resource_set, done=sending.rebuilt)
+
+    @described(
+        summary="Reconcile the set with the site's data (managers)",
+        description="Sends the task resourcesync.reconcile_set, which records the changes that bypassed the signals. "
+        "Answers as rebuild does.",
+        request=None,
+        responses={200: serializers.TaskAnswerSerializer, 202: serializers.TaskAnswerSerializer,
+                   503: OpenApiResponse(serializers.ErrorSerializer, description="The broker cannot be reached."),
+                   **MANAGER_ERRORS},
+    )
+    @action(detail=True, methods=["post"], permission_classes=[IsManager])
+    def reconcile(self, request, slug=None):
+        return sending.send(reconcile_set_task, self.get_object(), done=sending.reconciled)
+
+
+@extend_schema_view(
+    list=described(
+        summary="Builds (managers)",
+        parameters=[SET_PARAMETER, CAPABILITY_PARAMETER,
+                    OpenApiParameter("status", str, enum=Build.Status.values, description="Only builds in this state.")],
+        responses={200: serializers.BuildSerializer(many=True), 400: ERRORS[400], **MANAGER_ERRORS},
+    ),
+    retrieve=described(summary="A build, with its parts and documents (managers)",
+                       responses={200: serializers.BuildDetailSerializer, **MANAGER_ERRORS}),
+)
+class BuildViewSet(ApiView, viewsets.ReadOnlyModelViewSet):
+    """Builds, newest first, with their errors and reports: managers only (a report or an error
+    may hold a traceback)."""
+
+    queryset = Build.objects.all()
+    permission_classes = [IsManager]
+    pagination_class = NewestFirst
+
+    def get_queryset(self):
+        builds = Build.objects.select_related("resource_set")
+        if self.action == "retrieve":
+            return builds.prefetch_related("parts", "files__resource_set", "files__build")
+        resource_set = filters.set_param(self.request, ResourceSet.objects.all())
+        if resource_set is not None:
+            builds = builds.filter(resource_set=resource_set)
+        capability = filters.choice_param(self.request, "capability", CAPABILITY_NAMES)
+        if capability is not None:
+            builds = builds.filter(capability=capability)
+        state = filters.choice_param(self.request, "status", Build.Status.values)
+        if state is not None:
+            builds = builds.filter(status=state)
+        return builds
+
+    def get_serializer_class(self):
+        return serializers.BuildDetailSerializer if self.action == "retrieve" else serializers.BuildSerializer
+
+
+def _offered(sets, field):
+    """``Q`` of the rows (``field`` naming their capability) of a capability their set offers."""
+    offered = Q(pk__in=[])
+    for resource_set in sets:
+        offered |= Q(resource_set=resource_set, **{f"{field}__in": resource_set.capabilities or []})
+    return offered
+
+
+@extend_schema_view(
+    list=described(
+        summary="Published documents",
+        description="The documents of the sets' current builds, as their Capability Lists point at them (not withdrawn).",
+        parameters=[SET_PARAMETER, CAPABILITY_PARAMETER],
+        responses={200: serializers.DocumentSerializer(many=True), 400: ERRORS[400]},
+    ),
+    retrieve=described(summary="A published document", responses={200: serializers.DocumentSerializer, 404: ERRORS[404]}),
+)
+class DocumentViewSet(ApiView, viewsets.ReadOnlyModelViewSet):
+    """The documents the sets publish now: those of their published builds, of capabilities
+    they offer, not withdrawn; of the enabled sets for anyone, of every set for managers."""
+
+    queryset = Document.objects.all()
+    serializer_class = serializers.DocumentSerializer
+    permission_classes = [AllowAny]  # read-only; every other method is a 405
+    pagination_class = CursorPages
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema's generator: no database needed
+            return Document.objects.none()
+        sets = _visible_sets(self.request)
+        resource_set = filters.set_param(self.request, sets)
+        if resource_set is not None:
+            sets = [resource_set]
+        documents = Document.objects.filter(
+            _offered(sets, "build__capability"), build__status=Build.Status.PUBLISHED, withdrawn__isnull=True
+        ).select_related("resource_set", "build")
+        capability = filters.choice_param(self.request, "capability", CAPABILITY_NAMES)
+        if capability is not None:
+            documents = documents.filter(build__capability=capability)
+        return documents
+
+
+@extend_schema_view(
+    list=described(
+        summary="The change log",
+        description="Change events, oldest first, as Change Lists list them; follow next to the end for every event once. "
+        "Anyone sees those of the enabled sets that offer a Change List; managers, every set's.",
+        parameters=[
+            SET_PARAMETER,
+            OpenApiParameter("change", str, enum=ChangeEvent.Change.values, description="Only changes of this kind."),
+            SINCE, UNTIL,
+        ],
+        responses={200: serializers.ChangeEventSerializer(many=True), 400: ERRORS[400]},
+    ),
+    retrieve=described(summary="A change event", responses={200: serializers.ChangeEventSerializer, 404: ERRORS[404]}),
+)
+class ChangeEventViewSet(ApiView, viewsets.ReadOnlyModelViewSet):
+    """The change log. A Change List already shows its events to anyone, so the events of the
+    enabled sets that offer Change Lists are public; nothing else is."""
+
+    queryset = ChangeEvent.objects.all()
+    serializer_class = serializers.ChangeEventSerializer
+    permission_classes = [AllowAny]  # read-only; every other method is a 405
+    pagination_class = CursorPages
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema's generator: no database needed
+            return ChangeEvent.objects.none()
+        if holds(self.request.user, ChangeEvent, "view"):
+            sets = ResourceSet.objects.all()
+        else:
+            sets = [s for s in ResourceSet.objects.filter(enabled=True) if s.has_capability(capabilities.CHANGELIST)]
+            sets = ResourceSet.objects.filter(pk__in=[s.pk for s in sets])
+        events = ChangeEvent.objects.select_related("resource_set", "changelist")
+        resource_set = filters.set_param(self.request, sets)
+        events = events.filter(resource_set=resource_set) if resource_set is not None else events.filter(resource_set__in=sets)
+        if self.action == "retrieve":
+            return events
+        change = filters.choice_param(self.request, "change", ChangeEvent.Change.values)
+        if change is not None:
+            events = events.filter(change=change)
+        since, until = filters.datetime_param(self.request, "since"), filters.datetime_param(self.request, "until")
+        if since is not None:
+            events = events.filter(datetime__gte=since)
+        if until is not None:
+            events = events.filter(datetime__lt=until)
+        return events
+
+
+@extend_schema_view(
+    list=described(summary="Pending changes (managers)",
+                   responses={200: serializers.PendingChangeSerializer(many=True), **MANAGER_ERRORS}),
+    retrieve=described(summary="A pending change (managers)",
+                       responses={200: serializers.PendingChangeSerializer, **MANAGER_ERRORS}),
+)
+class PendingChangeViewSet(ApiView, viewsets.ReadOnlyModelViewSet):
+    """Changes recorded but not yet written into the change log, oldest first: managers only."""
+
+    queryset = PendingChange.objects.select_related("resource_set")
+    serializer_class = serializers.PendingChangeSerializer
+    permission_classes = [IsManager]
+    pagination_class = CursorPages
+
+
+@extend_schema_view(
+    list=described(summary="Subscriptions at the built-in hub (managers)", parameters=[SET_PARAMETER],
+                   responses={200: serializers.SubscriptionSerializer(many=True), 400: ERRORS[400], **MANAGER_ERRORS}),
+    retrieve=described(summary="A subscription (managers)",
+                       responses={200: serializers.SubscriptionSerializer, **MANAGER_ERRORS}),
+    destroy=described(summary="End a subscription (managers)", responses={204: None, **MANAGER_ERRORS}),
+)
+class SubscriptionViewSet(ApiView, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin,
+                          viewsets.GenericViewSet):
+    """Who is subscribed at the built-in hub: managers read them and may end one (delete it).
+    Secrets are never shown."""
+
+    queryset = Subscription.objects.all()
+    serializer_class = serializers.SubscriptionSerializer
+    permission_classes = [IsManager]
+    pagination_class = CursorPages
+
+    def get_queryset(self):
+        subscriptions = Subscription.objects.select_related("resource_set").annotate(
+            failures=Count("deliveries", filter=Q(deliveries__state=Delivery.State.FAILED))
+        )
+        resource_set = filters.set_param(self.request, ResourceSet.objects.all())
+        return subscriptions if resource_set is None else subscriptions.filter(resource_set=resource_set)
