@@ -165,6 +165,7 @@ def check_settings(app_configs=None, **kwargs):
     errors += _hub_errors()
     errors += _archive_errors()
     errors += _api_errors()
+    errors += _stylesheet_errors()
     try:
         reverse("resourcesync:source-description")
     except NoReverseMatch:
@@ -428,6 +429,39 @@ def _archive_errors():
 #: What the API's pages need besides DRF itself: drf-spectacular's template of the schema page,
 #: and the sidecar's scripts and styles, served by the site (never from a CDN).
 API_PAGE_APPS = ("rest_framework", "drf_spectacular", "drf_spectacular_sidecar")
+
+
+def _stylesheet_errors():
+    """E027, W012 and W013: the documents' stylesheet (see docs/publishing.rst)."""
+    value = app_settings.STYLESHEET
+    if value is None or value is False:
+        return []
+    if value is not True and (not isinstance(value, str) or not value.strip()):
+        return [Error(
+            f"RESOURCESYNC['STYLESHEET'] must be None, False, True or a URL; got {value!r}.",
+            hint="True serves the app's own stylesheet at /resourcesync/resourcesync.xsl; a string names one of the "
+                 "site's own, e.g. '/static/resourcesync.xsl'.",
+            id="resourcesync.E027",
+        )]
+    errors = []
+    target, base = urlsplit("" if value is True else value), urlsplit(app_settings.BASE_URL or "")
+    if target.scheme or target.netloc:
+        if (target.scheme, target.netloc) != (base.scheme, base.netloc):
+            errors.append(Warning(
+                f"RESOURCESYNC['STYLESHEET'] = {value!r} is on another origin than BASE_URL: a browser applies no "
+                "stylesheet from another origin and shows the documents as an empty page.",
+                hint="Use a path on this site (e.g. '/static/resourcesync.xsl'), or True for the app's own.",
+                id="resourcesync.W012",
+            ))
+    if app_settings.SERVE_BY_REDIRECT:
+        errors.append(Warning(
+            "RESOURCESYNC['STYLESHEET'] is set with SERVE_BY_REDIRECT: stored documents (Resource Lists, Resource "
+            "Dumps, closed Change Lists, manifests) are redirected to the storage, where a browser applies no "
+            "stylesheet from the site and may show an empty page.",
+            hint="Turn SERVE_BY_REDIRECT off, or set STYLESHEET to None.",
+            id="resourcesync.W013",
+        ))
+    return errors
 
 
 def _api_errors():

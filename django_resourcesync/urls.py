@@ -17,6 +17,7 @@ urlpatterns = [
     path("resourcesync/hub", push_views.hub, name="hub"),
     # Before the sets' routes: the slug "api" is reserved for it.
     path("resourcesync/api/", include("django_resourcesync.api.urls")),
+    path("resourcesync/resourcesync.xsl", views.stylesheet, name="stylesheet"),
     path("resourcesync/<slug:slug>/memento/<str:stamp>/<path:key>", mementos.memento, name="memento"),
     path("resourcesync/<slug:slug>/timemap/<path:key>", mementos.timemap, name="timemap"),
     path("resourcesync/<slug:slug>/timegate/<path:key>", mementos.timegate, name="timegate"),

@@ -10,8 +10,10 @@ Stored files are streamed in chunks of ``CHUNK_SIZE`` bytes, never read whole: f
 With ``SERVE_BY_REDIRECT`` they are redirected to the storage's URL instead.
 """
 
+import functools
 import hashlib
 import re
+from importlib import resources
 
 from django.core.exceptions import ImproperlyConfigured
 from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
@@ -252,6 +254,30 @@ def live(request, slug, name, capability):
         )
     for header, value in served.headers.items():
         response.headers[header] = value
+    return response
+
+
+#: What the app's stylesheet is served as: XSLT's registered type; browsers take it from the
+#: ``xml-stylesheet`` instruction of a document whatever its type.
+STYLESHEET_TYPE = "application/xslt+xml; charset=utf-8"
+#: A browser asks again after an hour (and gets a 304 while the app has not changed it).
+STYLESHEET_MAX_AGE = 3600
+
+
+@functools.cache
+def _stylesheet():
+    body = resources.files("django_resourcesync.xml").joinpath("resourcesync.xsl").read_bytes()
+    return body, hashlib.sha256(body).hexdigest()
+
+
+@require_safe
+def stylesheet(request):
+    """The app's XSLT stylesheet, which a browser applies to the documents that name it
+    (``RESOURCESYNC["STYLESHEET"] = True``): each reads as a page with a table of its entries.
+    Served whatever the setting, so that documents written while it was on still read."""
+    body, etag = _stylesheet()
+    response = _conditional(request, etag, None, lambda: HttpResponse(body, content_type=STYLESHEET_TYPE))
+    response["Cache-Control"] = f"public, max-age={STYLESHEET_MAX_AGE}"
     return response
 
 

@@ -16,7 +16,7 @@ import io
 from .. import capabilities, heads, tracking, uris
 from ..served import Served
 from ..tracking.changelog import NAME, close_due, part_name, render_list
-from ..xml.writer import DocumentWriter, url_element, w3c_datetime
+from ..xml.writer import DocumentWriter, stylesheet_href, url_element, w3c_datetime
 
 
 def render_index(resource_set, lists):
@@ -36,8 +36,10 @@ def render_index(resource_set, lists):
 
 
 def _live(changelist, has_index):
-    """The open list: its ETag comes from the database, the body is rendered on demand."""
-    etag = hashlib.sha256(f"{changelist.pk}:{changelist.entries}:{changelist.last_datetime}:{has_index}".encode()).hexdigest()
+    """The open list: its ETag comes from the database (and the stylesheet the list names),
+    the body is rendered on demand."""
+    state = f"{changelist.pk}:{changelist.entries}:{changelist.last_datetime}:{has_index}:{stylesheet_href()}"
+    etag = hashlib.sha256(state.encode()).hexdigest()
 
     def body():
         out = io.BytesIO()

@@ -2,7 +2,6 @@
 
 import logging
 import posixpath
-import shutil
 import tempfile
 import traceback
 import uuid
@@ -64,13 +63,11 @@ class BuildContext:
     def write(self, name, writer, *, md, links=(), at=None, completed=None, keep=None, replace=False):
         """Finish a :class:`~django_resourcesync.xml.writer.DocumentWriter` into storage as
         ``name``. ``keep``, a binary file, also receives the document (a manifest that goes into
-        a package too). ``replace`` first deletes a file left under that name (by an attempt at
-        a part that was killed before it recorded it), so the name stays the same."""
+        a package too), without the stylesheet instruction the published copy may have (see
+        ``DocumentWriter.finish``). ``replace`` first deletes a file left under that name (by an
+        attempt at a part that was killed before it recorded it), so the name stays the same."""
         with tempfile.TemporaryFile() as tmp:
-            writer.finish(tmp, md=md, links=links)
-            if keep is not None:
-                tmp.seek(0)
-                shutil.copyfileobj(tmp, keep)
+            writer.finish(tmp, md=md, links=links, bare=keep)
             if replace:
                 storage.get_storage().delete(self.storage_name(name))
             stored = storage.save_or_remove(self.storage_name(name), tmp)

@@ -10,12 +10,13 @@ from ..xml.writer import DocumentWriter, url_element, w3c_datetime
 def render(resource_set, capability, entries, *, up=True):
     """The payload of a notification on one of the set's channels: ``entries`` (``<url>``
     elements, oldest first) under ``rs:md capability`` and ``rs:ln rel="up"`` to the set's
-    Capability List (left out when that list is gone)."""
+    Capability List (left out when that list is gone). No stylesheet: a payload is for the
+    subscriber's software, not for a browser."""
     writer = DocumentWriter()
     for entry in entries:
         writer.add(entry)
     out = io.BytesIO()
-    writer.finish(out, md={"capability": capability}, links=[heads.up(resource_set)] if up else [])
+    writer.finish(out, md={"capability": capability}, links=[heads.up(resource_set)] if up else [], stylesheet=False)
     return out.getvalue()
 
 

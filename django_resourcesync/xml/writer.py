@@ -14,6 +14,9 @@ import itertools
 import re
 import tempfile
 
+from django.urls import reverse
+
+from ..conf import app_settings
 from . import RS_NS, SITEMAP_NS
 
 # Characters XML 1.0 cannot carry at all (even escaped).
@@ -27,6 +30,7 @@ MD_ATTRIBUTES = (
     "capability", "change", "datetime", "at", "completed", "from", "until", "hash", "length", "type", "path", "encoding"
 )
 LN_ATTRIBUTES = ("rel", "href", "type", "length", "hash", "modified", "pri", "encoding", "profile", "path")
+XML_DECLARATION = b'<?xml version="1.0" encoding="UTF-8"?>\n'
 
 
 def w3c_datetime(value):
@@ -87,6 +91,24 @@ def hash_value(md5, sha256):
     if sha256:
         parts.append(f"sha-256:{sha256}")
     return " ".join(parts) or None
+
+
+def stylesheet_href():
+    """The ``href`` of the stylesheet ``RESOURCESYNC["STYLESHEET"]`` names, or ``None``: the app's
+    own (``True``) by its path on the site, which the browser resolves against the document's
+    URL, so that the stylesheet comes from the origin that served the document (a browser
+    applies no other); a string as it is. Any other value names none (check resourcesync.E027
+    says why)."""
+    value = app_settings.STYLESHEET
+    if value is True:
+        return reverse("resourcesync:stylesheet")
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def stylesheet_instruction(href):
+    """The ``xml-stylesheet`` processing instruction naming ``href`` (escaped as an attribute
+    is: no ``?>`` can end it early)."""
+    return f'<?xml-stylesheet type="text/xsl" href="{attr(href)}"?>\n'
 
 
 def url_element(loc, lastmod=None, changefreq=None, md=None, links=(), tag="url"):
@@ -187,28 +209,36 @@ class DocumentWriter:
         self._pending = []
         self._pending_size = 0
 
-    def finish(self, fileobj, *, md, links=()):
-        """Write the document into ``fileobj``; returns ``self``."""
+    def finish(self, fileobj, *, md, links=(), stylesheet=True, bare=None):
+        """Write the document into ``fileobj``; returns ``self``.
+
+        Every document the app writes goes through here, so here its stylesheet is named: with
+        ``stylesheet`` true (the default), the one of ``RESOURCESYNC["STYLESHEET"]``, if any, in
+        an ``xml-stylesheet`` instruction after the XML declaration; a string names that one
+        instead; false, none (a notification's payload, which no browser opens). ``bare``, a
+        binary file, also receives the document, without the instruction (the manifest packed
+        into a dump: opened from a disk, where a browser would fetch no stylesheet and show an
+        empty page); ``size`` and ``sha256`` are those written into ``fileobj``.
+        """
         self._spill()
-        head = [
-            '<?xml version="1.0" encoding="UTF-8"?>\n',
-            f'<{self.root} xmlns="{SITEMAP_NS}" xmlns:rs="{RS_NS}">\n',
-            md_element(md),
-            "\n",
-        ]
+        href = stylesheet_href() if stylesheet is True else stylesheet or None
+        instruction = stylesheet_instruction(href).encode("utf-8") if href else b""
+        head = [f'<{self.root} xmlns="{SITEMAP_NS}" xmlns:rs="{RS_NS}">\n', md_element(md), "\n"]
         for link in links:
             head += [ln_element(link), "\n"]
         digest = hashlib.sha256()
         size = 0
         self._body.seek(0)
         for chunk in itertools.chain(
-            ["".join(head).encode("utf-8")],
+            [XML_DECLARATION, instruction, "".join(head).encode("utf-8")],
             iter(lambda: self._body.read(1024 * 1024), b""),
             [f"</{self.root}>\n".encode("utf-8")],
         ):
             digest.update(chunk)
             fileobj.write(chunk)
             size += len(chunk)
+            if bare is not None and chunk is not instruction:  # all but the instruction
+                bare.write(chunk)
         self._body.close()
         self.size, self.sha256 = size, digest.hexdigest()
         return self
