@@ -1,5 +1,6 @@
 from celery.result import EagerResult
 from django import forms
+from django.apps import apps
 from django.contrib import admin, messages
 from django.core.exceptions import FieldDoesNotExist, PermissionDenied, ValidationError
 from django.db import models
@@ -16,6 +17,7 @@ from django.utils.translation import gettext_lazy as _
 from . import capabilities, charts, overview, uris, versions
 from .builders import changedump
 from .capabilities import CAPABILITY_CHOICES
+from .exceptions import NotRegistered
 from .models import (
     Build,
     BuildPart,
@@ -247,7 +249,7 @@ class ResourceSetAdmin(admin.ModelAdmin):
     def overview_table(self, obj):
         """Each document capability: state, age of what is served, entries, size, the last
         failure; the archives and notification channels it offers, named in one line."""
-        states = [state for state in overview.capability_states(obj) if state.capability.name in MAIN_CAPABILITIES]
+        states = overview.capability_states(obj, only=MAIN_CAPABILITIES)
         others = [capability.label for capability in capabilities.TABLE
                   if obj.has_capability(capability.name) and capability.name not in MAIN_CAPABILITIES]
         if not states and not others:
@@ -294,13 +296,25 @@ class ResourceSetAdmin(admin.ModelAdmin):
             % {"day": activity.last_day, "week": activity.last_week, "pending": pending},
             charts.activity_svg(activity),
         )
-        held = versions.held(obj)
+        try:
+            held = versions.held(obj)
+        except NotRegistered:  # the set's source is gone (check resourcesync.W003 says so)
+            held = None
         store = "" if held is None else format_html(
             "<p>{}</p>",
             _("Version store: %(versions)d version(s), %(size)s, of %(changes)d change(s).")
             % {"versions": held["versions"], "size": filesizeformat(held["bytes"]), "changes": held["changes"]},
         )
         return format_html("{}{}{}{}", head, table, changes, store)
+
+    def get_deleted_objects(self, objs, request):
+        """A manager who may delete sets may delete one with what the app recorded of it (its
+        builds, change log, subscriptions…): those records are read-only in the admin, so no
+        one holds a permission to delete them, and Django would otherwise refuse."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        own = {str(model._meta.verbose_name) for model in apps.get_app_config("resourcesync").get_models()
+               if model is not ResourceSet}
+        return deleted, counts, {name for name in perms_needed if str(name) not in own}, protected
 
     def get_urls(self):
         view = self.admin_site.admin_view
@@ -330,6 +344,12 @@ class ResourceSetAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Rebuild the selected sets now"), permissions=["change"])
     def rebuild(self, request, queryset):
+        for resource_set in queryset.filter(enabled=False):
+            self.message_user(
+                request, _("“%(set)s” is disabled: it publishes nothing, so it is not rebuilt. Enable it first.")
+                % {"set": resource_set}, messages.ERROR,
+            )
+        queryset = queryset.filter(enabled=True)
         self.send_task(
             request, queryset, rebuild_set_task,
             failed=_("Rebuilding “%(set)s” failed: %(error)s"),
@@ -464,7 +484,7 @@ class BuildAdmin(ReadOnlyAdmin):
 
 @admin.register(Resource)
 class ResourceAdmin(ReadOnlyAdmin):
-    list_display = ["resource", "resource_set", "lastmod", "human_length", "media_type"]
+    list_display = ["id", "resource", "resource_set", "lastmod", "human_length", "media_type"]
     list_filter = ["resource_set"]
     search_fields = ["uri"]
     show_full_result_count = False

@@ -73,9 +73,13 @@ def one_line(error):
     return lines[-1] if lines else ""
 
 
-def capability_states(resource_set):
-    """A :class:`CapabilityState` for each capability the set offers, in the table's order."""
-    return [_state(resource_set, capability) for capability in capabilities.TABLE if resource_set.has_capability(capability.name)]
+def capability_states(resource_set, only=None):
+    """A :class:`CapabilityState` for each capability the set offers (among ``only``, if
+    given), in the table's order."""
+    return [
+        _state(resource_set, capability) for capability in capabilities.TABLE
+        if resource_set.has_capability(capability.name) and (only is None or capability.name in only)
+    ]
 
 
 def _state(resource_set, capability):
@@ -86,8 +90,11 @@ def _state(resource_set, capability):
         return _changelist(resource_set, capability, uri)
     if capability.name == capabilities.CHANGEDUMP:
         return _changedump(resource_set, capability, uri)
-    note = capability.builder.describe(resource_set)
-    return CapabilityState(capability, PUBLISHED if note else NOT_BUILT, uri, note=note)
+    # Archives and channels: served while their builder says they are published (an archive
+    # is not while the set does not offer what it archives).
+    served = capability.builder.published(resource_set) is not None
+    note = capability.builder.describe(resource_set) if served else None
+    return CapabilityState(capability, PUBLISHED if served else NOT_BUILT, uri, note=note)
 
 
 def _built(resource_set, capability, uri):
@@ -128,15 +135,16 @@ def _changelist(resource_set, capability, uri):
 
 
 def _changedump(resource_set, capability, uri):
-    packages = ChangeDumpPackage.objects.filter(resource_set=resource_set, archived__isnull=True, withdrawn__isnull=True)
-    totals = packages.aggregate(
-        packages=Count("pk"), entries=Sum("entries"), size=Sum("size"), manifests=Sum("manifest_size"), newest=Max("written")
-    )
-    if not totals["packages"]:
+    packages = ChangeDumpPackage.objects.filter(resource_set=resource_set, archived__isnull=True)
+    if not packages.exists():
         return CapabilityState(capability, NOT_BUILT, uri)
+    # Served from its first package on, if empty once every package is withdrawn.
+    totals = packages.filter(withdrawn__isnull=True).aggregate(
+        entries=Sum("entries"), size=Sum("size"), manifests=Sum("manifest_size"), newest=Max("written")
+    )
     return CapabilityState(
-        capability, PUBLISHED, uri, published=totals["newest"], entries=totals["entries"] or 0,
-        bytes=(totals["size"] or 0) + (totals["manifests"] or 0),
+        capability, PUBLISHED, uri, published=totals["newest"] or capability.builder.published(resource_set),
+        entries=totals["entries"] or 0, bytes=(totals["size"] or 0) + (totals["manifests"] or 0),
     )
 
 

@@ -872,3 +872,66 @@ def test_the_browsable_api_renders_for_anyone_and_for_managers(anonymous, manage
             assert response["Content-Type"].startswith("text/html")
     response = manager.get(API + "sets/bitstreams/rebuild/", HTTP_ACCEPT="text/html")
     assert response.status_code == 405
+
+
+# -- found in review ----------------------------------------------------------------------------------------
+
+
+def test_events_of_an_archived_change_list_are_public_only_where_the_set_offers_the_change_list_archive(
+    seed, metadata, committing, anonymous, manager, settings
+):
+    from django_resourcesync.rebuild import rebuild_set
+
+    from .test_archives import age_the_log
+
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "CHANGELIST_RETENTION": 30 * 86400}
+    metadata.capabilities = ["resourcelist", "changelist", "changelist-archive"]
+    metadata.save()
+    with committing():
+        seed(2)
+    rebuild_set(metadata)
+    with committing():
+        item = Item.objects.order_by("pk").first()
+        item.title = "Retitled"
+        item.save()
+    age_the_log(metadata, days=31)
+    assert metadata.changelists.filter(archived__isnull=False).exists()
+    assert every_result(anonymous, API + "changes/?set=metadata")  # the Change List Archive serves its list
+    metadata.capabilities = ["resourcelist", "changelist"]
+    metadata.save()
+    # No document serves the archived list any more: its events are not public either.
+    assert every_result(anonymous, API + "changes/?set=metadata") == []
+    assert every_result(manager, API + "changes/?set=metadata")  # managers see the whole log
+
+
+@pytest.mark.parametrize("value", ["%00", "a%00", "%F0%9F%98%80", "x" * 300])
+def test_a_set_parameter_that_is_no_slug_is_a_400_not_sent_to_the_database(anonymous, metadata, value):
+    for path in ("changes/", "documents/"):
+        body = get_json(anonymous, f"{API}{path}?set={value}", status=400)
+        assert "set" in body
+
+
+def test_a_filter_the_orm_cannot_build_is_refused_with_its_reason(manager, seed, metadata):
+    response = send(manager, "post", API + "sets/", {
+        "name": "x", "slug": "x", "source": "metadata", "lookups": {"pk__range": [1]}, "capabilities": ["resourcelist"],
+    })
+    assert response.status_code == 400, response.content
+    assert "lookups" in response.json()
+
+
+def test_the_documents_of_many_sets_are_listed(anonymous, db):
+    ResourceSet.objects.bulk_create(
+        ResourceSet(
+            name=f"Set {n}", slug=f"set-{n:04d}", source="metadata", capabilities=["resourcelist", "changelist"][:1 + n % 2]
+        )
+        for n in range(1200)
+    )
+    assert get_json(anonymous, API + "documents/")["results"] == []
+
+
+def test_many_sets_at_one_position_are_each_listed_once(anonymous, db):
+    ResourceSet.objects.bulk_create(
+        ResourceSet(name=f"Set {n}", slug=f"set-{n:04d}", source="metadata", position=0) for n in range(1150)
+    )
+    slugs = [row["slug"] for row in every_result(anonymous, API + "sets/?page_size=100")]
+    assert len(slugs) == ResourceSet.objects.count() and len(set(slugs)) == len(slugs) > 1150

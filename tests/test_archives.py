@@ -324,3 +324,22 @@ def test_an_archived_package_keeps_the_mementos_its_manifest_links(seed, committ
     [entry] = [e for e in entries(manifest) if md(e)["change"] == "updated"]
     memento = path_of(next(ln["href"] for ln in links(entry) if ln["rel"] == "memento"))
     assert fetch(memento)[:2] == (200, b"bytes a manifest links")
+
+
+def test_a_change_list_that_went_to_the_archive_is_served_when_no_list_is_left_in_the_log(seed, committing, settings):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "CHANGELIST_RETENTION": 30 * 86400}
+    resource_set = demo_set("metadata")
+    resource_set.capabilities = ["resourcelist", "changelist", "changelist-archive"]
+    resource_set.save()
+    with committing():
+        seed(2)
+    rebuild_set(resource_set)
+    retitle(Item.objects.order_by("pk").first(), "A change", committing)
+    with committing():
+        age_the_log(resource_set, days=31)
+    if resource_set.changelists.filter(archived__isnull=True).exists():
+        pytest.skip("the log kept a list: the case is not reached")
+    (loc, _meta), *_ = archive(resource_set, "changelist")
+    status, body, _ = fetch(path_of(loc))
+    assert status == 200
+    check_document(body, "changelist")

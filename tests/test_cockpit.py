@@ -314,3 +314,54 @@ def test_in_a_browser_a_failing_rebuild_is_a_message(browser, live_admin, seed, 
     browser.find("details summary").click()
     assert browser.find("details pre.resourcesync-traceback").is_displayed()
     browser.keep("build-failure")
+
+
+# Found in review.
+
+
+def test_the_page_of_a_set_whose_source_is_gone_still_answers(admin_client, db):
+    gone = ResourceSet.objects.create(
+        name="Gone", slug="gone", source="gone", capabilities=["resourcelist", "changedump"], prior_versions=True
+    )
+    assert admin_client.get(f"/admin/resourcesync/resourceset/{gone.pk}/change/").status_code == 200
+    assert admin_client.get("/admin/resourcesync/resourceset/").status_code == 200
+
+
+def test_rebuilding_a_disabled_set_says_it_is_disabled(admin_client, seed, metadata):
+    metadata.enabled = False
+    metadata.save()
+    response = admin_client.post(f"/admin/resourcesync/resourceset/{metadata.pk}/rebuild/", follow=True)
+    shown = messages_of(response)
+    assert [level for level, _text in shown] == ["error"] and "disabled" in shown[0][1]
+    assert not Build.objects.exists()
+
+
+def test_an_archive_offered_without_what_it_archives_is_not_shown_published(seed, metadata):
+    metadata.capabilities = ["resourcelist", "resourcelist-archive", "changelist-archive"]
+    metadata.save()
+    seed(1)
+    rebuild_set(metadata)
+    states = {state.capability.name: state for state in overview.capability_states(metadata)}
+    assert states["resourcelist-archive"].state == overview.PUBLISHED
+    assert states["changelist-archive"].state == overview.NOT_BUILT and not states["changelist-archive"].served
+
+
+def test_a_manager_may_delete_a_set_with_its_records(admin_client, seed, metadata):
+    seed(1)
+    build(metadata)
+    page = admin_client.get(f"/admin/resourcesync/resourceset/{metadata.pk}/delete/")
+    assert page.status_code == 200 and "Yes, I’m sure" in page.content.decode()
+    admin_client.post(f"/admin/resourcesync/resourceset/{metadata.pk}/delete/", {"post": "yes"})
+    assert not ResourceSet.objects.filter(pk=metadata.pk).exists() and not Build.objects.exists()
+
+
+def test_the_sets_page_reads_a_bounded_number_of_queries_per_set(admin_client, django_assert_max_num_queries, db):
+    from django_resourcesync import capabilities
+
+    every = [capability.name for capability in capabilities.TABLE]
+    ResourceSet.objects.bulk_create(
+        ResourceSet(name=f"Set {n}", slug=f"set-{n}", source="bitstreams", capabilities=every) for n in range(20)
+    )
+    sets = ResourceSet.objects.count()
+    with django_assert_max_num_queries(12 * sets + 20):
+        assert admin_client.get("/admin/resourcesync/resourceset/").status_code == 200

@@ -14,8 +14,11 @@ from rest_framework.exceptions import ValidationError
 _W3C = re.compile(
     r"(?P<year>\d{4})(?:-(?P<month>\d{2})(?:-(?P<day>\d{2})"
     r"(?:T(?P<hour>\d{2}):(?P<minute>\d{2})(?::(?P<second>\d{2})(?:\.(?P<fraction>\d+))?)?"
-    r"(?P<zone>Z|[+-]\d{2}:\d{2}))?)?)?"
+    r"(?P<zone>Z|[+-]\d{2}:\d{2}))?)?)?",
+    re.ASCII,  # digits are 0-9 only
 )
+#: What a set's slug can be (Django's slug: ASCII letters, digits, hyphens, underscores).
+SLUG = re.compile(r"[-a-zA-Z0-9_]+")
 
 
 def parse_w3c_datetime(value):
@@ -75,7 +78,9 @@ def set_param(request, sets):
     slug = request.query_params.get("set")
     if slug is None:
         return None
-    found = sets.filter(slug=slug).first()
+    # A slug is letters, digits, hyphens and underscores: anything else (a NUL, which
+    # PostgreSQL's text cannot hold) is no set's, and is not sent to the database.
+    found = sets.filter(slug=slug).first() if SLUG.fullmatch(slug) else None
     if found is None:
         refuse("set", _("No set you may see has the slug %(slug)r.") % {"slug": slug})
     return found

@@ -24,7 +24,7 @@ from ..models import Build, ChangeEvent, Delivery, Document, LeftOut, PendingCha
 from ..tasks import rebuild_set_task, reconcile_set_task
 from . import filters, sending, serializers
 from .openapi import ApiSchema, described
-from .pagination import CursorPages, NewestFirst, SourceDescriptionOrder
+from .pagination import BySlug, CursorPages, NewestFirst
 from .permissions import IsManager, ReadByAnyone, holds, sees_every_set
 from .throttling import throttles
 
@@ -133,7 +133,7 @@ class ResourceSetViewSet(ApiView, viewsets.ModelViewSet):
     lookup_field = "slug"
     lookup_value_regex = r"[-a-zA-Z0-9_]+"
     permission_classes = [ReadByAnyone]
-    pagination_class = SourceDescriptionOrder
+    pagination_class = BySlug
     manager_actions = {"rebuild": "change", "reconcile": "change"}
 
     def get_queryset(self):
@@ -228,10 +228,14 @@ class BuildViewSet(ApiView, viewsets.ReadOnlyModelViewSet):
 
 
 def _offered(sets, field):
-    """``Q`` of the rows (``field`` naming their capability) of a capability their set offers."""
-    offered = Q(pk__in=[])
+    """``Q`` of the rows (``field`` naming their capability) of a capability their set offers:
+    one term per distinct choice of capabilities, however many sets there are."""
+    by_choice = {}
     for resource_set in sets:
-        offered |= Q(resource_set=resource_set, **{f"{field}__in": resource_set.capabilities or []})
+        by_choice.setdefault(tuple(sorted(resource_set.capabilities or [])), []).append(resource_set.pk)
+    offered = Q(pk__in=[])
+    for choice, pks in by_choice.items():
+        offered |= Q(resource_set__in=pks, **{f"{field}__in": list(choice)})
     return offered
 
 
@@ -301,6 +305,11 @@ class ChangeEventViewSet(ApiView, viewsets.ReadOnlyModelViewSet):
             sets = [s for s in ResourceSet.objects.filter(enabled=True) if s.has_capability(capabilities.CHANGELIST)]
             sets = ResourceSet.objects.filter(pk__in=[s.pk for s in sets])
         events = ChangeEvent.objects.select_related("resource_set", "changelist")
+        if not holds(self.request.user, ChangeEvent, "view"):
+            # Only the events of lists that are served: an archived list is served by the Change
+            # List Archive alone, where the set offers one.
+            archives = [s.pk for s in sets if s.has_capability(capabilities.CHANGELIST_ARCHIVE)]
+            events = events.filter(Q(changelist__archived__isnull=True) | Q(resource_set__in=archives))
         resource_set = filters.set_param(self.request, sets)
         events = events.filter(resource_set=resource_set) if resource_set is not None else events.filter(resource_set__in=sets)
         if self.action == "retrieve":

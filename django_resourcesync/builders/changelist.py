@@ -57,7 +57,8 @@ def serve(resource_set, name):
     """The :class:`Served` for ``changelist.xml`` or ``changelist/<number>.xml``, or ``None``."""
     lists = list(resource_set.changelists.filter(archived__isnull=True).order_by("number"))
     if not lists:
-        return None
+        # Every list has gone to the archive: those stay served, as they were.
+        return _archived(resource_set, name)
     has_index = len(lists) > 1
     if name == NAME:
         if not has_index:
@@ -66,7 +67,11 @@ def serve(resource_set, name):
     for changelist in lists:
         if name == part_name(changelist.number):
             return _live(changelist, has_index) if changelist.is_open else _stored(changelist)
-    # A list that left the index for the Change List Archive stays served, as it was.
+    return _archived(resource_set, name)
+
+
+def _archived(resource_set, name):
+    """A list that left the index for the Change List Archive stays served, as it was."""
     for changelist in resource_set.changelists.filter(archived__isnull=False):
         if name == part_name(changelist.number):
             return _stored(changelist)
