@@ -935,3 +935,22 @@ def test_many_sets_at_one_position_are_each_listed_once(anonymous, db):
     )
     slugs = [row["slug"] for row in every_result(anonymous, API + "sets/?page_size=100")]
     assert len(slugs) == ResourceSet.objects.count() and len(set(slugs)) == len(slugs) > 1150
+
+
+def test_a_body_nested_too_deep_to_read_is_a_400(manager):
+    response = manager.post(API + "sets/", "[" * 50_000 + "]" * 50_000, content_type="application/json")
+    assert response.status_code == 400 and "detail" in response.json()
+
+
+def test_the_api_answers_over_http_with_a_token(live_server, settings, transactional_db):
+    import requests
+    from rest_framework.authtoken.models import Token
+
+    user = make_user("tokenholder", staff=True, permissions="all")
+    token = Token.objects.create(user=user)
+    url = f"{live_server.url}{API}builds/"
+    refused = requests.get(url, timeout=30)
+    assert refused.status_code == 401 and refused.headers["WWW-Authenticate"]
+    answered = requests.get(url, headers={"Authorization": f"Token {token.key}"}, timeout=30)
+    assert answered.status_code == 200 and answered.json()["results"] == []
+    assert requests.get(url, headers={"Authorization": "Token not-a-token"}, timeout=30).status_code == 401

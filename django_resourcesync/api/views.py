@@ -15,6 +15,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ParseError
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.routers import APIRootView
@@ -31,6 +32,21 @@ from .throttling import throttles
 CAPABILITY_NAMES = [capability.name for capability in capabilities.TABLE]
 
 
+class Shallow:
+    """One of the site's parsers, but a body nested too deep to read (a JSON array in 50,000
+    brackets) is a 400 like any malformed body, not a 500 (Python's parser recurses)."""
+
+    def __init__(self, parser):
+        self.parser = parser
+        self.media_type = parser.media_type
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        try:
+            return self.parser.parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise ParseError(_("The body is nested too deep to read.")) from None
+
+
 class ApiView:
     """What every view of the API shares, whatever the site's DRF defaults are: its schema
     class (so a site need not set ``DEFAULT_SCHEMA_CLASS``), the app's throttle, no filter
@@ -39,6 +55,9 @@ class ApiView:
 
     schema = ApiSchema()
     filter_backends = []
+
+    def get_parsers(self):
+        return [Shallow(parser) for parser in super().get_parsers()]
 
     def get_throttles(self):
         return throttles()
