@@ -196,8 +196,23 @@ def test_anyone_reads_the_enabled_sets_with_what_their_documents_show(anonymous,
 
 def test_a_set_that_published_nothing_yet_has_no_capability_list(anonymous, bitstreams):
     shown = get_json(anonymous, API + "sets/bitstreams/")
-    assert (shown["capability_list"], shown["documents"], shown["last_good_build"], shown["resources"]) == (None, {}, None, 0)
+    assert (shown["capability_list"], shown["documents"], shown["last_good_build"], shown["resources"]) == (None, {}, None, None)
     assert anonymous.get("/resourcesync/bitstreams/capabilitylist.xml").status_code == 404
+
+
+def test_how_many_resources_a_set_holds_is_public_only_while_its_resource_list_is(
+    anonymous, manager, seed, metadata, committing
+):
+    metadata.capabilities = ["changelist"]
+    metadata.save()
+    with committing():
+        seed(2)
+    from django_resourcesync.rebuild import rebuild_set
+
+    rebuild_set(metadata)
+    assert metadata.resources.count() == 2
+    assert get_json(anonymous, API + "sets/metadata/")["resources"] is None  # no public document shows it
+    assert get_json(manager, API + "sets/metadata/")["resources"] == 2
 
 
 def test_a_disabled_set_is_invisible_to_anonymous_and_members_but_not_to_managers(anonymous, member, manager, published):

@@ -70,7 +70,9 @@ class PublicResourceSetSerializer(ModelSerializer):
     documents = serializers.SerializerMethodField(
         help_text=_("The URI of each capability's document the Capability List points at, by capability.")
     )
-    resources = serializers.SerializerMethodField(help_text=_("How many resources the set's record holds."))
+    resources = serializers.SerializerMethodField(
+        help_text=_("How many resources the set lists: for anyone, only while it publishes a Resource List (which shows them).")
+    )
     last_good_build = serializers.SerializerMethodField(
         help_text=_("When the newest build that published a document of the set finished; null before the first.")
     )
@@ -88,8 +90,13 @@ class PublicResourceSetSerializer(ModelSerializer):
     def get_documents(self, obj):
         return {name: uris.document_uri(obj, capabilities.get(name).document) for name, _changed in _published(obj)}
 
-    @extend_schema_field(OpenApiTypes.INT)
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_resources(self, obj):
+        if capabilities.RESOURCELIST not in {name for name, _changed in _published(obj)}:
+            return None  # no public document shows how many there are
+        return self.count_resources(obj)
+
+    def count_resources(self, obj):
         return _annotated(obj, "resource_total", lambda: obj.resources.count())
 
     @extend_schema_field(W3CDateTimeField(allow_null=True))
@@ -121,6 +128,10 @@ class ResourceSetSerializer(PublicResourceSetSerializer):
             "position", "left_out", "created", "modified",
         ]
         read_only_fields = ["capability_list", "documents", "resources", "last_good_build", "left_out", "created", "modified"]
+
+    @extend_schema_field(OpenApiTypes.INT)
+    def get_resources(self, obj):
+        return self.count_resources(obj)  # managers see the record whatever is published
 
     @extend_schema_field(OpenApiTypes.INT)
     def get_left_out(self, obj):
