@@ -201,7 +201,7 @@ def timed(what, *command, env, cwd=ROOT):
 
 NEWEST_PYTHON, NEWEST_DJANGO = "3.13", "Django>=6.0,<6.1"
 # What the suite needs of the checkout besides the package (which comes from the wheel).
-SUITE_FILES = ("tests", "example_project", "docs", "manage.py", "setup.cfg", "pyproject.toml", "tox.ini", "README.md")
+SUITE_FILES = ("tests", "example_project", "docs", "manage.py", "dev.py", "setup.cfg", "pyproject.toml", "tox.ini", "README.md")
 
 
 def find_python(version):
