@@ -26,10 +26,10 @@ import re
 from collections.abc import Mapping
 from functools import cached_property
 
-from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
-from django.db import models
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections, models
 
-from . import bulk
+from . import bulk, fingerprints
 from .entries import CHANGEFREQS, Entry, Representation, clean_link, clean_links, normalise_media_type
 from .exceptions import AlreadyRegistered, NotRegistered, UnpublishableResource
 from .rendering import render_location
@@ -106,6 +106,10 @@ class ResourceSource:
     #: made of; :meth:`fingerprint_of_values` turns their values into it, and ``fingerprint()``
     #: is not called. Empty: ``fingerprint(obj)`` makes it.
     fingerprint_fields = ()
+    #: ``{file field: size field}``: where the model records the size of a file among
+    #: ``fingerprint_fields``, the lookup of that size (``{"file": "file_size"}``). The size is
+    #: then read in the database with the other fields, and the storage is not asked for it.
+    fingerprint_file_sizes = {}
     #: Other models whose saves and deletes can change this source's entries (for example the
     #: item of a file, when ``items()`` leaves out the files of private items). A mapping
     #: ``{Model: "lookup"}`` gives the lookup from the source's objects to the related one
@@ -142,7 +146,10 @@ class ResourceSource:
     def fingerprint(self, obj):
         if self.fingerprint_fields:
             # One object alone (change tracking reads the values of a batch in one query).
-            values = self.items().filter(pk=obj.pk).values_list(*self.fingerprint_fields).first()
+            queryset = self.items().filter(pk=obj.pk)
+            if self.fingerprints_in_database(queryset.db):
+                return self.fingerprints_of_queryset(queryset).get(str(obj.pk))
+            values = queryset.values_list(*self.fingerprint_fields).first()
             return None if values is None else self.fingerprint_of_values(values)
         lastmod = self._get("lastmod", obj)
         f = self._get("file", obj)
@@ -157,7 +164,11 @@ class ResourceSource:
         """The fingerprint of an object from the values of its ``fingerprint_fields`` (a tuple,
         in their order): a digest of them, where a file field stands for its file's name and
         size (the bytes of a file can change under the same name). ``None`` when a file cannot
-        be read."""
+        be read.
+
+        Not called where the database makes the digest (SQLite and PostgreSQL, every field a
+        column of the object or of a to-one relation, this method not overridden): see
+        :meth:`fingerprints_in_database`."""
         values = list(values)
         for index, storage in self._fingerprint_files:
             name = values[index]
@@ -178,18 +189,84 @@ class ResourceSource:
                 files.append((index, path[-1].storage))
         return files
 
+    # -- fingerprints made by the database -------------------------------------------------
+
+    @cached_property
+    def _fingerprint_digest(self):
+        """``(lookups, [(file lookup, storage)])``: what the database digests (``fingerprint_fields``,
+        file fields as their names, and the sizes ``fingerprint_file_sizes`` names), and the file
+        fields whose sizes the storage gives; ``None`` where the database cannot digest them."""
+        fields = self.fingerprint_fields
+        if not fields or isinstance(fields, str):
+            return None
+        if type(self).fingerprint_of_values is not ResourceSource.fingerprint_of_values:
+            return None  # the site shapes the value itself
+        sizes = dict(self.fingerprint_file_sizes or {})
+        lookups = [*fields, *sizes.values()]
+        if fingerprints.digest(self.item_model, lookups) is None:
+            return None
+        files = [(fields[index], storage) for index, storage in self._fingerprint_files if fields[index] not in sizes]
+        return lookups, files
+
+    def fingerprints_in_database(self, using):
+        """Whether the fingerprints of this source's objects are digests the database makes of
+        ``fingerprint_fields`` (plus each file's size, from the storage or a size field), so that
+        a reconcile compares them with the record without reading the values out."""
+        return self._fingerprint_digest is not None and connections[using].vendor in fingerprints.VENDORS
+
+    def fingerprint_expression(self, using="default"):
+        """The SQL expression of the database's part of the fingerprint (see
+        :meth:`fingerprints_in_database`) on database ``using``, and the lookups of the file
+        fields whose sizes complete it."""
+        lookups, files = self._fingerprint_digest
+        expression = fingerprints.digest(self.item_model, lookups, connections[using].vendor)
+        return expression, [lookup for lookup, _storage in files]
+
+    def fingerprint_with_sizes(self, digest, names, sizes):
+        """The fingerprint from the database's digest and the names of the files (in the order
+        of :meth:`fingerprint_expression`'s lookups), their sizes read through ``sizes``, a
+        list of :class:`~django_resourcesync.listing.FileSizes` (:meth:`file_sizes`); ``None``
+        when a file's size cannot be had."""
+        if not names:
+            return digest
+        parts = []
+        for name, listing in zip(names, sizes):
+            if not name:
+                parts.append("")
+                continue
+            try:
+                parts.append(str(listing.size(name)))
+            except (OSError, ValueError, NotImplementedError):
+                return None
+        return f"{digest}:{','.join(parts)}"
+
+    def file_sizes(self):
+        """A :class:`~django_resourcesync.listing.FileSizes` per file field whose size completes
+        the fingerprint (one for the fields of one storage)."""
+        from .listing import FileSizes
+
+        shared = {}
+        return [shared.setdefault(id(storage), FileSizes(storage)) for _lookup, storage in self._fingerprint_digest[1]]
+
+    def fingerprints_of_queryset(self, queryset, sizes=None):
+        """``{key: fingerprint or None}`` of the objects of ``queryset`` (of this source's
+        model), made by the database where :meth:`fingerprints_in_database`, else from the
+        values of ``fingerprint_fields`` by :meth:`fingerprint_of_values`."""
+        if not self.fingerprints_in_database(queryset.db):
+            rows = queryset.values_list("pk", *self.fingerprint_fields)
+            return {str(pk): self.fingerprint_of_values(values) for pk, *values in rows}
+        expression, files = self.fingerprint_expression(queryset.db)
+        rows = list(queryset.values_list("pk", expression, *files))
+        if sizes is None:
+            sizes = self.file_sizes()
+        for index, listing in enumerate(sizes):
+            listing.prepare(row[2 + index] for row in rows)
+        return {str(pk): self.fingerprint_with_sizes(digest, names, sizes) for pk, digest, *names in rows}
+
     def _lookup_path(self, lookup):
         """The fields a lookup of the source's objects passes (``"item__collection__name"``:
         three), or ``None`` where one part is not a field ("pk", a transform, an annotation)."""
-        model, path = self.item_model, []
-        for part in lookup.split("__"):
-            try:
-                field = model._meta.get_field(part)
-            except FieldDoesNotExist:
-                return None
-            path.append(field)
-            model = field.related_model or model
-        return path
+        return fingerprints.lookup_path(self.item_model, lookup)
 
     def saved_state(self, obj):
         """What processing needs of the state a save of ``obj`` left, should the object change

@@ -2,8 +2,8 @@
 
 import logging
 
-from django.db import models
-from django.db.models import Case, Exists, OuterRef, When
+from django.db import connections, models
+from django.db.models import Case, Exists, OuterRef, Q, Subquery, When
 from django.db.models.functions import Cast
 
 from .. import bulk
@@ -11,7 +11,7 @@ from ..conf import app_settings
 from ..models import LeftOut, Resource, ResourceSet
 from .changelog import start_log
 from .locks import is_tracked, locked
-from .writer import ChangeCounts, SetWriter, fingerprints_of_rows, matching_fingerprints
+from .writer import ChangeCounts, SetWriter, _stored, fingerprints_of_rows, matching_fingerprints
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +31,13 @@ def _batches(queryset, batch_size):
         last = batch[-1][0] if isinstance(batch[-1], tuple) else batch[-1].pk
 
 
-def reconcile(resource_set, *, batch_size=None, progress=None):
+def reconcile(resource_set, *, batch_size=None, progress=None, in_database=True):
     """Compare the set's source with its record and write what differs, with change events.
+
+    Where the source allows it, fingerprints are made and compared in the database and only
+    the objects whose fingerprint differs leave it (``in_database=False`` reads every
+    fingerprint out and compares them here, the way taken where the database cannot: kept for
+    measurements and comparisons).
 
     The first reconcile of a set records its resources silently and opens its first Change List:
     Destinations start from a Resource List, not from a flood of ``created`` events.
@@ -43,6 +48,131 @@ def reconcile(resource_set, *, batch_size=None, progress=None):
     record_events = is_tracked(resource_set)
     rebased = _forget_fingerprints_if_rebased(resource_set)
     counts = ChangeCounts()
+    if in_database and _compared_in_database(resource_set, source, queryset):
+        _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress)
+    else:
+        _reconcile_in_python(resource_set, source, queryset, batch_size, record_events, counts, progress)
+    # Rows whose object left the source: deleted, made private, filtered out.
+    for keys in _gone_keys(resource_set, queryset, batch_size):
+        _apply_batch(resource_set, dict.fromkeys(keys), record_events, counts)
+    _forget_gone_left_out(resource_set, queryset)
+    if not record_events:
+        start_log(resource_set)
+    if rebased or not resource_set.base_url:
+        ResourceSet.objects.filter(pk=resource_set.pk).update(base_url=app_settings.BASE_URL)
+        resource_set.base_url = app_settings.BASE_URL
+    return counts
+
+
+def _compared_in_database(resource_set, source, queryset):
+    """Whether the set's objects are compared with their record in the database: fingerprints
+    that cover the entries, made by the database (see ``ResourceSource.fingerprints_in_database``),
+    integer keys, and the record in the same database as the objects."""
+    return (
+        bool(source.fingerprint_fields) and source.fingerprint_covers_entry
+        and isinstance(queryset.model._meta.pk, models.IntegerField)  # auto fields too
+        and queryset.db == Resource.objects.filter(resource_set=resource_set).db
+        and source.fingerprints_in_database(queryset.db)
+    )
+
+
+def _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress):
+    """The fingerprint of each object is made by the database and joined with its record there:
+    only the keys of the objects whose fingerprint differs (or that have no record) leave it,
+    and only those objects are built and compared. Where file sizes complete the fingerprint,
+    each row leaves with its digest, its files' names and its recorded fingerprint, and the
+    sizes come from the storage's listing (:mod:`django_resourcesync.listing`), not a request
+    per file."""
+    expression, files = source.fingerprint_expression(queryset.db)
+    # The record of the object: its key cast to text on the object's side, so that the lookup
+    # uses the record's (set, key) index.
+    record = Resource.objects.filter(resource_set=resource_set, object_pk=Cast(OuterRef("pk"), models.CharField()))
+    annotated = queryset.order_by().annotate(_rs_fingerprint=expression)
+    total = queryset.count()
+    stale_seen = 0
+    if not files:
+        rows = annotated.filter(~Exists(record.filter(fingerprint=OuterRef("_rs_fingerprint"))))
+        for batch in _batches(rows.values_list("pk", "_rs_fingerprint"), batch_size):
+            stale_seen += len(batch)
+            _describe_again(resource_set, queryset, {str(pk): _stored(digest) for pk, digest in batch}, record_events, counts)
+            if progress:
+                progress("reconcile", stale_seen, total)
+    else:
+        sizes = source.file_sizes()
+        if any(listing.lists_ahead for listing in sizes):
+            # A remote listing is read once, for every name in use (in key order of the
+            # storage, not of the objects: pages of the objects' order would cross the keys).
+            names = list(queryset.order_by().values_list(*files))
+            for index, listing in enumerate(sizes):
+                listing.prepare(row[index] for row in names)
+            del names
+        rows = annotated.annotate(_rs_recorded=Subquery(record.values("fingerprint")[:1]))
+        rows = rows.values_list("pk", "_rs_fingerprint", "_rs_recorded", *files)
+        for stale, seen in _stale_with_sizes(source, rows, sizes, batch_size):
+            stale_seen += len(stale)
+            if stale:
+                _describe_again(resource_set, queryset, stale, record_events, counts)
+            if progress:
+                progress("reconcile", seen, total)
+    counts.unchanged += max(0, total - stale_seen)
+    if progress:
+        progress("reconcile", total, total)
+
+
+def _stale_with_sizes(source, rows, sizes, batch_size):
+    """Yield ``({key: fingerprint}, rows seen so far)`` of the objects of ``rows`` (``pk``,
+    digest, recorded fingerprint, file names) whose fingerprint, completed with their files'
+    sizes, is not the recorded one, a batch at a time. The rows are read in one pass, in key
+    order (a query per page would have the database join and sort the set again for each),
+    which stops, and resumes after the last key read, whenever a batch is full: the batch is
+    written while no read is open."""
+    last, seen = None, 0
+    while True:
+        page = rows.order_by("pk")
+        if last is not None:
+            page = page.filter(pk__gt=last)
+        stale, full = {}, False
+        if len(sizes) == 1:  # one file (the usual case), inline: this loop is most of the time
+            size = sizes[0].size
+            for pk, digest, recorded, name in page.iterator(chunk_size=2000):
+                seen += 1
+                last = pk
+                if not name:
+                    fingerprint = f"{digest}:"
+                else:
+                    try:
+                        fingerprint = f"{digest}:{size(name)}"
+                    except (OSError, ValueError, NotImplementedError):
+                        fingerprint = ""
+                if fingerprint != recorded or not fingerprint:
+                    stale[str(pk)] = _stored(fingerprint)
+                    if len(stale) >= batch_size:
+                        full = True
+                        break
+        else:
+            for pk, digest, recorded, *names in page.iterator(chunk_size=2000):
+                seen += 1
+                last = pk
+                fingerprint = _stored(source.fingerprint_with_sizes(digest, names, sizes))
+                if not fingerprint or fingerprint != recorded:
+                    stale[str(pk)] = fingerprint
+                    if len(stale) >= batch_size:
+                        full = True
+                        break
+        yield stale, seen
+        if not full:
+            return
+
+
+def _describe_again(resource_set, queryset, fingerprints, record_events, counts):
+    """Build the objects ``fingerprints`` names and compare them with their record."""
+    found = {str(obj.pk): obj for obj in bulk.filter_in(queryset, "pk", list(fingerprints))}
+    objects = {key: found.get(key) for key in fingerprints}  # None: gone since it was read
+    _apply_batch(resource_set, objects, record_events, counts, fingerprints)
+
+
+def _reconcile_in_python(resource_set, source, queryset, batch_size, record_events, counts, progress):
+    """The fingerprints (or the objects) read out a batch at a time and compared here."""
     total = queryset.count() if progress else None
     seen = 0
     # With fingerprints read in the database that cover the entries, only the objects whose
@@ -51,7 +181,11 @@ def reconcile(resource_set, *, batch_size=None, progress=None):
     rows = queryset.values_list("pk", *source.fingerprint_fields) if vouching else queryset
     for batch in _batches(rows, batch_size):
         if vouching:
-            fingerprints = fingerprints_of_rows(source, batch)
+            if source.fingerprints_in_database(queryset.db):  # the same fingerprints as every other path
+                pks = [row[0] for row in batch]
+                fingerprints = fingerprints_of_rows(source, bulk.filter_in(queryset, "pk", pks).values_list("pk"))
+            else:
+                fingerprints = fingerprints_of_rows(source, batch)
             unchanged = matching_fingerprints(resource_set, fingerprints)
             counts.unchanged += len(unchanged)
             stale = {str(row[0]): row[0] for row in batch if str(row[0]) not in unchanged}
@@ -64,16 +198,6 @@ def reconcile(resource_set, *, batch_size=None, progress=None):
         seen += len(batch)
         if progress:
             progress("reconcile", seen, total)
-    # Rows whose object left the source: deleted, made private, filtered out.
-    for keys in _gone_keys(resource_set, queryset, batch_size):
-        _apply_batch(resource_set, dict.fromkeys(keys), record_events, counts)
-    _forget_gone_left_out(resource_set, queryset)
-    if not record_events:
-        start_log(resource_set)
-    if rebased or not resource_set.base_url:
-        ResourceSet.objects.filter(pk=resource_set.pk).update(base_url=app_settings.BASE_URL)
-        resource_set.base_url = app_settings.BASE_URL
-    return counts
 
 
 def _forget_gone_left_out(resource_set, queryset):
@@ -114,11 +238,14 @@ def _gone_keys(resource_set, queryset, batch_size):
         # the record's key is cast, not the object's, so the lookup can use the primary key's
         # index. A key that is not an integer as str() writes it (left by an earlier source of
         # the set, say) is never cast: it has no object, and is gone.
-        key = Case(
-            When(object_pk__regex=r"^(0|-?[1-9][0-9]{0,17})$", then=Cast("object_pk", models.BigIntegerField())),
-            default=None,
-            output_field=models.BigIntegerField(),
-        )
+        as_integer = Cast("object_pk", models.BigIntegerField())
+        if connections[records.db].vendor == "sqlite":
+            # SQLite's CAST never fails: a key is an integer if it reads back the same (its
+            # REGEXP would be a Python function called per record).
+            integer = Q(object_pk=Cast(as_integer, models.CharField()))
+        else:
+            integer = Q(object_pk__regex=r"^(0|-?[1-9][0-9]{0,17})$")
+        key = Case(When(integer, then=as_integer), default=None, output_field=models.BigIntegerField())
         present = queryset.order_by().filter(pk=OuterRef("key"))
         gone = list(records.annotate(key=key).filter(~Exists(present)).values_list("object_pk", flat=True))
         for start in range(0, len(gone), batch_size):

@@ -5,6 +5,7 @@ import logging
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError, router
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from .. import bulk, versions
@@ -59,7 +60,12 @@ def _stored(fingerprint):
 
 
 def fingerprints_of_rows(source, rows):
-    """``{key: fingerprint}`` of ``values_list("pk", *source.fingerprint_fields)`` rows."""
+    """``{key: fingerprint}`` of ``values_list("pk", *source.fingerprint_fields)`` rows. Given
+    as that queryset, the fingerprints are those the database makes, where it makes them
+    (``source.fingerprints_in_database()``); rows already read are fingerprinted in Python by
+    ``fingerprint_of_values()``, which is what a source gets where the database does not."""
+    if isinstance(rows, QuerySet) and source.fingerprints_in_database(rows.db):
+        return {key: _stored(fingerprint) for key, fingerprint in source.fingerprints_of_queryset(rows).items()}
     return {str(pk): _stored(source.fingerprint_of_values(values)) for pk, *values in rows}
 
 

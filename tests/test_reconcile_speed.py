@@ -1,0 +1,331 @@
+"""Reconcile near the read limit: fingerprints made and compared in the database, file sizes from
+the storage's listing, and the same changes found as before."""
+
+import importlib
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from django.db.models.signals import post_init
+
+from django_resourcesync import tracking
+from django_resourcesync.models import ChangeEvent, Resource
+from example_project.repository.models import Collection, Item, ItemFile
+
+from .helpers import build
+
+pytestmark = pytest.mark.django_db
+reconciling = importlib.import_module("django_resourcesync.tracking.reconcile")  # the module, not the function
+
+ALL = ["resourcelist", "changelist"]
+
+
+@pytest.fixture
+def tracked(seed, bitstreams, metadata, django_capture_on_commit_callbacks):
+    for resource_set in (bitstreams, metadata):
+        resource_set.capabilities = ALL
+        resource_set.save()
+    with django_capture_on_commit_callbacks(execute=True):
+        seed(6)
+    build(bitstreams)
+    build(metadata)
+    return bitstreams, metadata
+
+
+@pytest.fixture
+def committing(django_capture_on_commit_callbacks):
+    return lambda: django_capture_on_commit_callbacks(execute=True)
+
+
+class Built:
+    """Counts the model instances built (post_init) while it is open."""
+
+    def __init__(self):
+        self.objects = []
+
+    def __call__(self, sender, instance, **kwargs):
+        self.objects.append((sender, instance.pk))
+
+    def __enter__(self):
+        for model in (Item, ItemFile, Collection):
+            post_init.connect(self, sender=model)
+        return self
+
+    def __exit__(self, *exc):
+        for model in (Item, ItemFile, Collection):
+            post_init.disconnect(self, sender=model)
+
+
+def events(resource_set):
+    return list(ChangeEvent.objects.filter(resource_set=resource_set).order_by("id").values_list("change", "object_pk"))
+
+
+def test_both_example_sources_are_compared_in_the_database(tracked):
+    for resource_set in tracked:
+        source = resource_set.get_source()
+        assert reconciling._compared_in_database(resource_set, source, source.queryset(resource_set.lookups))
+
+
+def test_nothing_changed_builds_nothing_and_finds_nothing(tracked, committing):
+    before = [events(resource_set) for resource_set in tracked]
+    with Built() as built, committing():
+        counts = [tracking.reconcile(resource_set) for resource_set in tracked]
+    assert built.objects == []
+    assert [events(resource_set) for resource_set in tracked] == before
+    assert [c.unchanged for c in counts] == [ItemFile.objects.count(), Item.objects.count()]
+    assert all(c.created == c.updated == c.deleted == 0 for c in counts)
+
+
+def test_changes_made_behind_the_signals_are_found_in_the_database(tracked, committing):
+    bitstreams, metadata = tracked
+    first, second = ItemFile.objects.order_by("pk")[:2]
+    item = Item.objects.order_by("pk").last()
+    with tracking.paused():
+        # A field of fingerprint_fields, by queryset.update() (no signal).
+        ItemFile.objects.filter(pk=first.pk).update(media_type="text/csv")
+        # A file's bytes rewritten under the same name with another size.
+        with second.file.open("wb") as out:
+            out.write(b"other bytes, another length\n")
+        # A related object's field: the collection's name the record shows.
+        Collection.objects.filter(pk=item.collection_id).update(name="Renamed behind the app's back")
+    before = {rs.pk: len(events(rs)) for rs in tracked}
+    with Built() as built, committing():
+        file_counts = tracking.reconcile(bitstreams)
+        record_counts = tracking.reconcile(metadata)
+    renamed = set(Item.objects.filter(collection_id=item.collection_id).values_list("pk", flat=True))
+    assert {pk for model, pk in built.objects if model is ItemFile} == {first.pk, second.pk}
+    assert {pk for model, pk in built.objects if model is Item} == renamed
+    assert file_counts.updated == 2 and record_counts.updated == len(renamed)
+    assert set(events(bitstreams)[before[bitstreams.pk]:]) == {("updated", str(first.pk)), ("updated", str(second.pk))}
+    assert set(events(metadata)[before[metadata.pk]:]) == {("updated", str(pk)) for pk in renamed}
+    second_record = Resource.objects.get(resource_set=bitstreams, object_pk=str(second.pk))
+    assert second_record.length == len(b"other bytes, another length\n")
+    # Found once: the next reconcile finds nothing more.
+    with Built() as built, committing():
+        assert tracking.reconcile(bitstreams).updated == 0 and tracking.reconcile(metadata).updated == 0
+    assert built.objects == []
+
+
+def test_deleted_and_added_objects_are_still_found(tracked, committing):
+    bitstreams, metadata = tracked
+    item = Item.objects.order_by("pk").first()
+    files = list(item.files.values_list("pk", flat=True))
+    with tracking.paused():
+        Item.objects.filter(pk=item.pk).delete()
+    with committing():
+        assert tracking.reconcile(bitstreams).deleted == len(files)
+        assert tracking.reconcile(metadata).deleted == 1
+    assert not Resource.objects.filter(resource_set=metadata, object_pk=str(item.pk)).exists()
+    with tracking.paused():  # as if added by raw SQL: nothing told
+        added = ItemFile.objects.create(item=Item.objects.order_by("pk").last(), name="added.txt",
+                                        media_type="text/plain", file="items/added.txt")
+    with open(os.path.join(added.file.storage.location, "items", "added.txt"), "wb") as out:
+        out.write(b"added\n")
+    with committing():
+        assert tracking.reconcile(bitstreams).created == 1
+    assert Resource.objects.filter(resource_set=bitstreams, object_pk=str(added.pk)).exists()
+
+
+def test_every_path_stores_the_same_fingerprint(tracked, committing):
+    """Change processing, one object's fingerprint and reconcile agree, so none of them makes
+    the others describe an object again."""
+    for resource_set in tracked:
+        source = resource_set.get_source()
+        queryset = source.queryset(resource_set.lookups)
+        recorded = dict(Resource.objects.filter(resource_set=resource_set).values_list("object_pk", "fingerprint"))
+        batch = tracking.fingerprints_of_rows(source, queryset.values_list("pk", *source.fingerprint_fields))
+        assert batch == recorded and all(batch.values())
+        assert {str(obj.pk): tracking.fingerprint_of(source, obj) for obj in queryset} == batch
+
+
+def test_the_first_reconcile_after_the_fingerprint_changed_form_writes_no_event(tracked, committing):
+    """An upgrade changes the stored fingerprints' form: the first reconcile then describes every
+    object again, and writes no change event for one whose entry did not change."""
+    before = [events(resource_set) for resource_set in tracked]
+    for resource_set in tracked:
+        for record in Resource.objects.filter(resource_set=resource_set):
+            Resource.objects.filter(pk=record.pk).update(fingerprint="0" * 64)  # an older form
+    with Built() as built, committing():
+        # Small batches: the pass stops when one is full and resumes after it.
+        counts = [tracking.reconcile(resource_set, batch_size=3) for resource_set in tracked]
+    assert {model for model, _pk in built.objects} >= {Item, ItemFile}, "every object described again"
+    assert counts[0].unchanged == ItemFile.objects.count() and counts[1].unchanged == Item.objects.count()
+    assert [events(resource_set) for resource_set in tracked] == before
+    assert all(c.created == c.updated == c.deleted == 0 for c in counts)
+    with Built() as built, committing():
+        [tracking.reconcile(resource_set) for resource_set in tracked]
+    assert built.objects == [], "the new fingerprints stored"
+
+
+def test_a_size_field_stands_for_the_file_without_asking_the_storage(tracked, committing, monkeypatch):
+    """``fingerprint_file_sizes`` names the field that records a file's size: it is read in the
+    database with the others, and the storage is not asked."""
+    from django_resourcesync import listing
+
+    bitstreams = tracked[0]
+    source = bitstreams.get_source()
+    # The example's files record no size: any to-one column shows that the storage is not asked.
+    monkeypatch.setattr(type(source), "fingerprint_file_sizes", {"file": "item_id"})
+    source.__dict__.pop("_fingerprint_digest", None)
+    try:
+        assert source.fingerprint_expression()[1] == []
+        monkeypatch.setattr(listing.FileSizes, "size", lambda self, name: pytest.fail("the storage was asked"))
+        with committing():
+            tracking.reconcile(bitstreams)  # the fingerprints' form changed: every file described once
+        with Built() as built, committing():
+            counts = tracking.reconcile(bitstreams)
+        assert built.objects == [] and counts.unchanged == ItemFile.objects.count()
+    finally:
+        source.__dict__.pop("_fingerprint_digest", None)
+
+
+def test_a_source_without_fingerprint_fields_takes_the_python_path(tracked, committing, pages):
+    pages.capabilities = ALL
+    pages.save()
+    build(pages)
+    source = pages.get_source()
+    assert not source.fingerprint_fields
+    assert not reconciling._compared_in_database(pages, source, source.queryset(pages.lookups))
+    item = Item.objects.order_by("pk").first()
+    with tracking.paused():
+        Item.objects.filter(pk=item.pk).update(title="Retitled behind the app's back")
+    with committing():
+        counts = tracking.reconcile(pages)
+    assert counts.updated == 1 and counts.unchanged == Item.objects.count() - 1
+    with tracking.paused():
+        Item.objects.filter(pk=item.pk).delete()
+    with committing():
+        assert tracking.reconcile(pages).deleted == 1
+
+
+def test_the_python_path_finds_what_the_database_path_finds(tracked, committing):
+    bitstreams, metadata = tracked
+    f = ItemFile.objects.order_by("pk").first()
+    with tracking.paused():
+        ItemFile.objects.filter(pk=f.pk).update(name="renamed.txt")
+    with Built() as built, committing():
+        counts = tracking.reconcile(bitstreams, in_database=False)
+        assert tracking.reconcile(metadata, in_database=False).updated == 0
+    assert {pk for model, pk in built.objects if model is ItemFile} == {f.pk}
+    assert counts.deleted == 1 and counts.created == 1  # moved: deleted at the old URI, created at the new
+
+
+# -- S3: sizes from the listing ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    pytest.importorskip("boto3")
+    pytest.importorskip("storages")
+    if os.environ.get("TEST_S3_ENDPOINT_URL"):
+        yield os.environ["TEST_S3_ENDPOINT_URL"].rstrip("/")
+        return
+    try:
+        import moto.server  # noqa: F401
+    except ImportError:
+        pytest.skip("moto's server is not installed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                pytest.skip("moto's S3 server did not start")
+            time.sleep(0.2)
+    yield f"http://127.0.0.1:{port}"
+    server.terminate()
+    server.wait(timeout=30)
+
+
+@pytest.fixture
+def s3_media(settings, s3_endpoint):
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_endpoint, aws_access_key_id="test", aws_secret_access_key="test",
+                          region_name="us-east-1")
+    bucket = f"media-{time.monotonic_ns()}"
+    client.create_bucket(Bucket=bucket)
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {"bucket_name": bucket, "endpoint_url": s3_endpoint, "access_key": "test", "secret_key": "test",
+                        "region_name": "us-east-1", "file_overwrite": True},
+        },
+    }
+    return client, bucket
+
+
+FILES = 2_500
+
+
+def test_file_sizes_on_s3_come_from_the_listing_not_a_request_per_file(seed, bitstreams, s3_media, committing):
+    """2,500 files: a reconcile asks S3 for a few listing pages, not 2,500 HEADs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.core.files.storage import default_storage
+
+    from django_resourcesync.tracking.writer import RECORD_FIELDS, entry_values
+
+    client, bucket = s3_media
+    with tracking.paused():
+        seed(1, file_size=16)  # one item and its files, through the storage
+    item = Item.objects.get()
+    # Many more files of that item, put straight into the bucket (a few at a time), the rows
+    # in bulk: seeding 2,500 through the app's saves would take minutes of moto's time.
+    names = [f"items/{item.pk}/bulk-{n:05}.txt" for n in range(FILES - ItemFile.objects.count())]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda name: client.put_object(Bucket=bucket, Key=name, Body=b"x" * (16 + len(name) % 7)), names))
+    with tracking.paused():
+        ItemFile.objects.bulk_create(
+            ItemFile(item=item, name=name.rsplit("/", 1)[1], media_type="text/plain", file=name) for name in names
+        )
+    assert ItemFile.objects.count() == FILES
+    # The baseline: the records a reconcile writes, but without reading 2,500 files' bytes
+    # (a GET each from moto): their hashes are made up, the fingerprints are the source's own.
+    source = bitstreams.get_source()
+    queryset = source.queryset(bitstreams.lookups)
+    fingerprints = tracking.fingerprints_of_rows(source, queryset.values_list("pk", *source.fingerprint_fields))
+    rows = []
+    for obj in queryset.order_by("pk"):
+        known = {"fingerprint": fingerprints[str(obj.pk)], "md5": "0" * 32, "sha256": "0" * 64, "length": 0,
+                 "media_type": "text/plain"}
+        values = entry_values(source, obj, known, fingerprints[str(obj.pk)])
+        rows.append(Resource(resource_set=bitstreams, object_pk=str(obj.pk), **values))
+    Resource.objects.bulk_create(rows)
+    assert set(RECORD_FIELDS) - {"resource_set_id", "object_pk", "recorded"} <= set(values)
+
+    s3 = default_storage.bucket.meta.client
+    requests = []
+
+    def count(request=None, **kwargs):
+        requests.append(getattr(request, "method", "?"))
+
+    s3.meta.events.register("before-send.s3", count)
+    try:
+        with Built() as built, committing():
+            counts = tracking.reconcile(bitstreams)
+        assert built.objects == [] and counts.unchanged == FILES
+        assert 1 <= len(requests) <= 5, requests  # three pages of 1,000 keys
+        assert set(requests) == {"GET"}
+        # A file rewritten with another size under the same name is found through the listing.
+        changed = ItemFile.objects.order_by("pk")[FILES // 2]
+        client.put_object(Bucket=bucket, Key=changed.file.name, Body=b"y" * 100)
+        requests.clear()
+        with committing():
+            counts = tracking.reconcile(bitstreams)
+        assert counts.updated == 1 and counts.unchanged == FILES - 1
+        assert Resource.objects.get(resource_set=bitstreams, object_pk=str(changed.pk)).length == 100
+        assert len(requests) <= 10, requests  # the listing, then the one file read
+    finally:
+        s3.meta.events.unregister("before-send.s3", count)
