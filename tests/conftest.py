@@ -79,6 +79,13 @@ def pages(db):
 
 
 @pytest.fixture
+def committing(django_capture_on_commit_callbacks):
+    """``with committing():`` runs the code under it as if each transaction committed (on-commit
+    hooks execute)."""
+    return lambda: django_capture_on_commit_callbacks(execute=True)
+
+
+@pytest.fixture
 def full_disk_for_metadata():
     """The documents' storage refuses the metadata set's files, as a full disk would."""
     from unittest import mock

@@ -19,7 +19,7 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from django_resourcesync import storage, tasks
+from django_resourcesync import tasks
 from django_resourcesync.api.filters import parse_w3c_datetime
 from django_resourcesync.models import Build, ChangeEvent, Document, PendingChange, ResourceSet, Subscription
 from django_resourcesync.sources import ResourceSource, registry
@@ -41,11 +41,6 @@ def fresh_throttles():
     cache.clear()
     yield
     cache.clear()
-
-
-@pytest.fixture
-def committing(django_capture_on_commit_callbacks):
-    return lambda: django_capture_on_commit_callbacks(execute=True)
 
 
 def make_user(username, *, staff=False, superuser=False, permissions=()):
@@ -614,17 +609,11 @@ def eager_propagates(request):
     conf.task_eager_propagates = before
 
 
-def test_a_failing_rebuild_is_answered_failed_with_its_reason_not_a_500(manager, seed, metadata, eager_propagates):
+def test_a_failing_rebuild_is_answered_failed_with_its_reason_not_a_500(
+    manager, seed, metadata, eager_propagates, full_disk_for_metadata
+):
     seed(2)
-    save = storage.save
-
-    def full_disk(name, fileobj):
-        if "/metadata/" in name:
-            raise OSError(28, "No space left on device")
-        return save(name, fileobj)
-
-    with mock.patch.object(storage, "save", full_disk):
-        response = send(manager, "post", API + "sets/metadata/rebuild/")
+    response = send(manager, "post", API + "sets/metadata/rebuild/")
     assert response.status_code == 200, response.content
     failed = Build.objects.get(resource_set=metadata)
     assert failed.status == Build.Status.FAILED

@@ -34,12 +34,6 @@ def tracked(seed, bitstreams, metadata, django_capture_on_commit_callbacks):
     return bitstreams, metadata
 
 
-@pytest.fixture
-def committing(django_capture_on_commit_callbacks):
-    """Run the code under it as if each transaction committed (on-commit hooks execute)."""
-    return lambda: django_capture_on_commit_callbacks(execute=True)
-
-
 def changes(resource_set, name="changelist.xml"):
     """[(change, loc, md)] of a served Change List, checked against schema and spec rules."""
     status, body, _ = fetch(f"/resourcesync/{resource_set.slug}/{name}")

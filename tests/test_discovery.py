@@ -39,11 +39,6 @@ def published(seed, documents_storage):
     return sets
 
 
-@pytest.fixture
-def committing(django_capture_on_commit_callbacks):
-    return lambda: django_capture_on_commit_callbacks(execute=True)
-
-
 def resourcesync_links(response):
     return LINK_RE.findall(response.headers.get("Link", ""))
 

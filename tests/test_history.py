@@ -54,11 +54,6 @@ def lastmod_only(seed, committing, documents_storage):
         registry.unregister("lastmod-only")
 
 
-@pytest.fixture
-def committing(django_capture_on_commit_callbacks):
-    return lambda: django_capture_on_commit_callbacks(execute=True)
-
-
 def publish(resource_set, seed, committing, capabilities=("resourcelist", "changelist"), items=2):
     """Give the set these capabilities, add ``items`` items and publish the set."""
     resource_set.capabilities = list(capabilities)

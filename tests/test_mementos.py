@@ -19,11 +19,6 @@ VERSIONS = [b"the first version\n" * 100, b"the second version, longer\n" * 300]
 
 
 @pytest.fixture
-def committing(django_capture_on_commit_callbacks):
-    return lambda: django_capture_on_commit_callbacks(execute=True)
-
-
-@pytest.fixture
 def rewritten(seed, committing, documents_storage):
     """The files' set publishing prior versions; one file rewritten twice, a second apart."""
     resource_set = publish_versions(seed, committing, 2)

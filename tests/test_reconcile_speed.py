@@ -35,11 +35,6 @@ def tracked(seed, bitstreams, metadata, django_capture_on_commit_callbacks):
     return bitstreams, metadata
 
 
-@pytest.fixture
-def committing(django_capture_on_commit_callbacks):
-    return lambda: django_capture_on_commit_callbacks(execute=True)
-
-
 class Built:
     """Counts the model instances built (post_init) while it is open."""
 

@@ -24,11 +24,6 @@ DUMPS = ["resourcelist", "changelist", "resourcedump", "changedump"]
 
 
 @pytest.fixture
-def committing(django_capture_on_commit_callbacks):
-    return lambda: django_capture_on_commit_callbacks(execute=True)
-
-
-@pytest.fixture
 def tracked(seed, bitstreams, metadata, committing):
     for resource_set in (bitstreams, metadata):
         resource_set.capabilities = DUMPS

@@ -49,11 +49,6 @@ def instruction(href):
     return f'<?xml-stylesheet type="text/xsl" href="{href}"?>\n'.encode()
 
 
-@pytest.fixture
-def committing(django_capture_on_commit_callbacks):
-    return lambda: django_capture_on_commit_callbacks(execute=True)
-
-
 def publish_every_kind(settings, seed, committing, stylesheet):
     """The example's three sets, its files set offering every capability (with prior versions),
     published with two entries a document at most (a package for each file), so that every

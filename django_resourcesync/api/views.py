@@ -318,13 +318,14 @@ class ChangeEventViewSet(ApiView, viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # the schema's generator: no database needed
             return ChangeEvent.objects.none()
-        if holds(self.request.user, ChangeEvent, "view"):
+        manager = holds(self.request.user, ChangeEvent, "view")
+        if manager:
             sets = ResourceSet.objects.all()
         else:
             sets = [s for s in ResourceSet.objects.filter(enabled=True) if s.has_capability(capabilities.CHANGELIST)]
             sets = ResourceSet.objects.filter(pk__in=[s.pk for s in sets])
         events = ChangeEvent.objects.select_related("resource_set", "changelist")
-        if not holds(self.request.user, ChangeEvent, "view"):
+        if not manager:
             # Only the events of lists that are served: an archived list is served by the Change
             # List Archive alone, where the set offers one.
             archives = [s.pk for s in sets if s.has_capability(capabilities.CHANGELIST_ARCHIVE)]
