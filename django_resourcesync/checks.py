@@ -77,7 +77,10 @@ def check_settings(app_configs=None, **kwargs):
                 id="resourcesync.E005",
             )
         )
-    for key in ("MAX_ENTRIES_PER_DOCUMENT", "MAX_DOCUMENT_BYTES", "BATCH_SIZE", "DUMP_PACKAGE_BYTES", "BUILD_LOCK_TIMEOUT"):
+    positive = (
+        "MAX_ENTRIES_PER_DOCUMENT", "MAX_DOCUMENT_BYTES", "BATCH_SIZE", "DUMP_PACKAGE_BYTES", "BUILD_LOCK_TIMEOUT", "PART_TIMEOUT"
+    )
+    for key in positive:
         value = getattr(app_settings, key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             errors.append(

@@ -57,6 +57,9 @@ DEFAULTS = {
     # Times the task of one part of a parallel build may start (a retry after an error, or a
     # redelivery after its worker died) before the build is failed.
     "PART_ATTEMPTS": 3,
+    # Seconds a part of a shared job (a reconcile in parts) may go without a sign of life from
+    # its worker before another process takes it over.
+    "PART_TIMEOUT": 60,
     # Seconds a stored file that no record refers to is left alone before the storage sweep
     # deletes it (a file being written now is recorded once it is whole).
     "SWEEP_GRACE_SECONDS": 3600,

@@ -420,6 +420,39 @@ class BuildPart(models.Model):
         return f"{self.build} part {self.number}"
 
 
+class SharedPart(models.Model):
+    """A share of a job that any worker may take: a range of a source's keys to reconcile, say.
+
+    The process that starts the job records its parts, sends a task per part to the workers, and
+    takes parts itself while any is left, so the job ends whether or not another worker is free
+    (see :mod:`django_resourcesync.sharing`). A part is claimed by one holder at a time; a holder
+    that gives no sign of life for ``PART_TIMEOUT`` seconds (its worker killed) loses it to the
+    next one that looks. The rows of a job are deleted when it ends.
+    """
+
+    job = models.CharField(max_length=32)
+    kind = models.CharField(max_length=32)
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="+")
+    number = models.PositiveIntegerField()
+    options = models.JSONField(default=dict, blank=True, help_text=_("What the part is: its key range, say."))
+    holder = models.CharField(max_length=64, blank=True)
+    heartbeat = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    done = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [models.UniqueConstraint(fields=["job", "number"], name="resourcesync_shared_part_number")]
+        verbose_name = _("shared part")
+        verbose_name_plural = _("shared parts")
+
+    def __str__(self):
+        return f"{self.kind} {self.job} part {self.number}"
+
+
 class LeftOut(models.Model):
     """An object among a set's items that could not be published: its entry could not be made
     (its URL cannot be reversed, its file is missing, its page does not answer 200, …). It is

@@ -22,7 +22,8 @@ def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None, para
     served live and needs no build), and the changes not yet in a Change Dump package are
     packaged. Returns the builds made (Resource List, Resource Dump).
 
-    With ``parallel`` (a Celery worker runs this), a Resource List past one document, and a
+    With ``parallel`` (a Celery worker runs this), the reconcile is shared with the free workers
+    (see :mod:`.sharing`), and a Resource List past one document, and a
     Resource Dump of more than one package, are rendered in parts by Celery tasks: their builds
     are returned running, and are published by the task that completes each (see
     :mod:`~django_resourcesync.builders.parts`).
@@ -36,7 +37,7 @@ def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None, para
         return []
     try:
         if refresh:
-            tracking.refresh(resource_set, progress=progress, batch_size=batch_size)
+            tracking.refresh(resource_set, progress=progress, batch_size=batch_size, parallel=parallel)
     except Exception as exc:
         # Recorded on the builds it stopped, so the admin shows why nothing was published.
         for capability in wanted:

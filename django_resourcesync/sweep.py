@@ -8,8 +8,9 @@ every file that no record refers to, that no running build may still record, and
 than ``SWEEP_GRACE_SECONDS`` (a file being written now, whose record is about to be written, is
 younger than that). It also fails the builds left running by a process that is gone, forgets
 withdrawals no build needs any more, and collects the kept bytes of changes no event refers to
-any more (:func:`django_resourcesync.versions.collect`), and forgets old notifications and
-subscriptions whose lease is over (:func:`django_resourcesync.push.announce.prune`).
+any more (:func:`django_resourcesync.versions.collect`), forgets old notifications and
+subscriptions whose lease is over (:func:`django_resourcesync.push.announce.prune`), and the
+parts of shared jobs whose process died (:func:`django_resourcesync.sharing.forget_abandoned`).
 
 ``resourcesync_rebuild`` sweeps after it has built; the ``resourcesync.sweep_storage`` task does
 it on a schedule (see docs/schedules.rst).
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from . import storage, versions
+from . import sharing, storage, versions
 from .builders.context import BuildContext
 from .builders.locks import build_lock as lock_of
 from .builders.withdrawal import DUMPS
@@ -114,6 +115,7 @@ def sweep(*, grace=None, now=None):
         storage.delete_quietly([name])
         counts.deleted += 1
     counts.withdrawals = prune_withdrawals(cutoff)
+    sharing.forget_abandoned(now - datetime.timedelta(seconds=max(grace, 10 * app_settings.PART_TIMEOUT)))
     counts.notifications = announce.prune(now)
     return counts
 

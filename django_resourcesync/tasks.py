@@ -8,7 +8,7 @@ import logging
 
 from celery import shared_task
 
-from . import capabilities, push, sweep, tracking
+from . import capabilities, push, sharing, sweep, tracking
 from .builders import changedump, parts
 from .builders.locks import build_lock
 from .exceptions import BuildAbandoned
@@ -110,23 +110,35 @@ def process_changes_task(sources=None):
     return str(tracking.process_pending(sources))
 
 
-@shared_task(name="resourcesync.reconcile_set")
-def reconcile_set_task(set_id):
-    """Compare one set with the site's data and write the missing change events."""
+@shared_task(name="resourcesync.share_job", **PART_TASK)
+def share_job_task(job):
+    """Take parts of a job shared among the workers (a reconcile in parts) while any is free;
+    returns how many were done here. The job's own process does the rest (see :mod:`.sharing`)."""
+    return sharing.take_parts(job)
+
+
+@shared_task(name="resourcesync.reconcile_set", bind=True)
+def reconcile_set_task(self, set_id):
+    """Compare one set with the site's data and write the missing change events (run by a
+    worker, in parts that the free workers share)."""
+    return _reconcile(set_id, parallel=not self.request.is_eager)
+
+
+def _reconcile(set_id, *, parallel):
     resource_set = ResourceSet.objects.filter(pk=set_id).first()
     if resource_set is None:
         logger.warning("Resource set %s does not exist; nothing reconciled", set_id)
         return None
-    return str(tracking.refresh(resource_set))
+    return str(tracking.refresh(resource_set, parallel=parallel))
 
 
-@shared_task(name="resourcesync.reconcile_all")
-def reconcile_all_task():
+@shared_task(name="resourcesync.reconcile_all", bind=True)
+def reconcile_all_task(self):
     """Reconcile every enabled set; a set that fails is logged and reported, the others go on."""
     summary = {}
     for resource_set in ResourceSet.objects.filter(enabled=True):
         try:
-            summary[resource_set.slug] = reconcile_set_task(resource_set.pk)
+            summary[resource_set.slug] = _reconcile(resource_set.pk, parallel=not self.request.is_eager)
         except Exception as exc:
             logger.exception("Reconciling resource set %s failed", resource_set.slug)
             summary[resource_set.slug] = f"failed: {exc}"

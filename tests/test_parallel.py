@@ -436,20 +436,17 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 8, "unacked_restore_int
 """
 
 
-@pytest.fixture
-def workers(transactional_db, tmp_path, settings):
-    """Two worker processes (one task at a time each) on the test database; the test's own
-    settings match theirs."""
+def worker_environment(tmp_path, settings_text):
+    """The environment of a worker process on the test database, its settings module
+    ``settings_text`` (written in ``tmp_path``). Skips the test on SQLite."""
     if connection.vendor != "postgresql":
         pytest.skip("a worker process needs a database server (SQLite takes one writer at a time); run with TEST_DATABASE_URL")
     import redis
 
     redis.Redis.from_url(REDIS_URL).ping()  # a missing broker is a failure, not a skip
-    (tmp_path / "parallel_worker_settings.py").write_text(WORKER_SETTINGS)
-    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 20, "DUMP_PACKAGE_BYTES": 5000}
-    settings.MEDIA_ROOT = str(tmp_path / "media")
+    (tmp_path / "parallel_worker_settings.py").write_text(settings_text)
     db = connection.settings_dict
-    env = dict(
+    return dict(
         os.environ,
         DJANGO_SETTINGS_MODULE="parallel_worker_settings",
         PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]),
@@ -459,14 +456,25 @@ def workers(transactional_db, tmp_path, settings):
         TEST_CELERY_BROKER_URL=REDIS_URL,
         TEST_FILES_DIR=str(tmp_path),
     )
-    processes = {
-        name: subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "example_project", "worker", "--pool=solo", "-n", f"{name}@%h",
-             "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        for name in ("one", "two")
-    }
+
+
+def start_worker(env, name):
+    """A worker process (one task at a time) named ``name``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "example_project", "worker", "--pool=solo", "-n", f"{name}@%h",
+         "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+@pytest.fixture
+def workers(transactional_db, tmp_path, settings):
+    """Two worker processes (one task at a time each) on the test database; the test's own
+    settings match theirs."""
+    env = worker_environment(tmp_path, WORKER_SETTINGS)
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 20, "DUMP_PACKAGE_BYTES": 5000}
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+    processes = {name: start_worker(env, name) for name in ("one", "two")}
     from celery import Celery
 
     # Not the current app: the tests after this one queue the app's tasks with the project's.

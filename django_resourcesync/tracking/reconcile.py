@@ -1,12 +1,13 @@
 """Reconciliation: compare a whole set with the site's data, the safety net every path converges on."""
 
 import logging
+from dataclasses import asdict
 
 from django.db import connections, models
 from django.db.models import Case, Exists, OuterRef, Q, Subquery, When
 from django.db.models.functions import Cast
 
-from .. import bulk
+from .. import bulk, sharing
 from ..conf import app_settings
 from ..models import LeftOut, Resource, ResourceSet
 from .changelog import start_log
@@ -31,13 +32,18 @@ def _batches(queryset, batch_size):
         last = batch[-1][0] if isinstance(batch[-1], tuple) else batch[-1].pk
 
 
-def reconcile(resource_set, *, batch_size=None, progress=None, in_database=True):
+def reconcile(resource_set, *, batch_size=None, progress=None, in_database=True, parallel=False):
     """Compare the set's source with its record and write what differs, with change events.
 
     Where the source allows it, fingerprints are made and compared in the database and only
     the objects whose fingerprint differs leave it (``in_database=False`` reads every
     fingerprint out and compares them here, the way taken where the database cannot: kept for
     measurements and comparisons).
+
+    With ``parallel`` (a Celery worker runs this), that comparison is cut into ranges of the
+    objects' keys, ``MAX_ENTRIES_PER_DOCUMENT`` objects each, which every free worker takes
+    part in (see :mod:`django_resourcesync.sharing`); the search for records whose object is
+    gone, one query, follows here.
 
     The first reconcile of a set records its resources silently and opens its first Change List:
     Destinations start from a Resource List, not from a flood of ``created`` events.
@@ -49,7 +55,17 @@ def reconcile(resource_set, *, batch_size=None, progress=None, in_database=True)
     rebased = _forget_fingerprints_if_rebased(resource_set)
     counts = ChangeCounts()
     if in_database and _compared_in_database(resource_set, source, queryset):
-        _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress)
+        ranges = _key_ranges(queryset, app_settings.MAX_ENTRIES_PER_DOCUMENT) if parallel else []
+        if len(ranges) > 1 and not _lists_ahead(source, queryset.db):
+            parts = [{**bounds, "record_events": record_events, "batch_size": batch_size} for bounds in ranges]
+            total = queryset.count() if progress else 0
+            shared = sharing.run(
+                resource_set, RECONCILE, parts, parallel=True,
+                progress=progress and (lambda done, planned: progress("reconcile", total * done // planned, total)),
+            )
+            counts.add(ChangeCounts(**shared))
+        else:
+            _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress)
     else:
         _reconcile_in_python(resource_set, source, queryset, batch_size, record_events, counts, progress)
     # Rows whose object left the source: deleted, made private, filtered out.
@@ -74,6 +90,46 @@ def _compared_in_database(resource_set, source, queryset):
         and queryset.db == Resource.objects.filter(resource_set=resource_set).db
         and source.fingerprints_in_database(queryset.db)
     )
+
+
+RECONCILE = "reconcile"
+
+
+@sharing.kind(RECONCILE)
+def _reconcile_range(resource_set, options, beat):
+    """A part of a reconcile in parts: the objects whose keys are in ``(after, last]`` (either
+    end open when ``None``), compared in the database. Safe to run twice: a second run finds
+    the record written by the first."""
+    source = resource_set.get_source()
+    queryset = source.queryset(resource_set.lookups)
+    if options["after"] is not None:
+        queryset = queryset.filter(pk__gt=options["after"])
+    if options["last"] is not None:
+        queryset = queryset.filter(pk__lte=options["last"])
+    counts = ChangeCounts()
+    batch_size = options["batch_size"] or app_settings.BATCH_SIZE
+    _reconcile_in_database(resource_set, source, queryset, batch_size, options["record_events"], counts,
+                           lambda *_args: beat())
+    return asdict(counts)
+
+
+def _key_ranges(queryset, size):
+    """The objects' keys cut into ranges of ``size`` objects, ``[{"after", "last"}]``: the first
+    open below, the last open above (objects created meanwhile fall in a range too). Each end is
+    found by skipping ``size`` keys in the key index from the one before."""
+    keys = queryset.order_by("pk").values_list("pk", flat=True)
+    ends = []
+    while found := list((keys.filter(pk__gt=ends[-1]) if ends else keys)[size - 1 : size]):
+        ends.append(found[0])
+    bounds = [None, *ends, None]
+    return [{"after": bounds[index], "last": bounds[index + 1]} for index in range(len(bounds) - 1)]
+
+
+def _lists_ahead(source, using):
+    """Whether the sizes completing the source's fingerprints come from a listing read once for
+    the whole set (S3): a reconcile in parts would read it once a part."""
+    _expression, files = source.fingerprint_expression(using)
+    return bool(files) and any(listing.lists_ahead for listing in source.file_sizes())
 
 
 def _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress):

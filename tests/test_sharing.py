@@ -1,0 +1,242 @@
+"""A reconcile shared among the workers: key ranges that any worker takes, a silent holder's part
+taken over, a failing part failing the job, and real worker processes on PostgreSQL, one killed
+in the middle of its part."""
+
+import datetime
+import importlib
+from unittest import mock
+
+import pytest
+from celery import current_app
+from django.utils import timezone
+
+from django_resourcesync import sharing, tracking
+from django_resourcesync.models import ChangeEvent, Resource, SharedPart
+from example_project.repository.models import Item
+
+from .conftest import demo_set
+
+# The module (the package exports its function under the same name).
+reconciling = importlib.import_module("django_resourcesync.tracking.reconcile")
+
+
+def changed_behind_the_signals(count):
+    """Change the titles of the first ``count`` items with queryset.update() (no signal): only a
+    reconcile finds them. Returns their keys."""
+    keys = list(Item.objects.order_by("pk").values_list("pk", flat=True)[:count])
+    Item.objects.filter(pk__in=keys).update(title="Retitled behind the signals")
+    return {str(key) for key in keys}
+
+
+def updated_keys(resource_set):
+    events = ChangeEvent.objects.filter(changelist__resource_set=resource_set, change="updated")
+    return sorted(events.values_list("object_pk", flat=True))
+
+
+@pytest.fixture
+def small_parts(settings):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 4}
+
+
+@pytest.mark.django_db
+def test_key_ranges_cover_every_key_once_and_stay_open_at_both_ends(seed, small_parts):
+    seed(10)
+    queryset = Item.objects.all()
+    ranges = reconciling._key_ranges(queryset, 4)
+    assert ranges[0]["after"] is None and ranges[-1]["last"] is None
+    keys = sorted(queryset.values_list("pk", flat=True))
+    covered = []
+    for bounds in ranges:
+        part = queryset
+        if bounds["after"] is not None:
+            part = part.filter(pk__gt=bounds["after"])
+        if bounds["last"] is not None:
+            part = part.filter(pk__lte=bounds["last"])
+        covered += sorted(part.values_list("pk", flat=True))
+    assert covered == keys
+    assert [len(r) for r in ranges] and len(ranges) == 3  # 4 + 4 + 2
+    assert reconciling._key_ranges(queryset, 50) == [{"after": None, "last": None}]
+
+
+@pytest.mark.django_db
+def test_a_reconcile_in_parts_writes_what_a_reconcile_in_one_pass_writes(seed, small_parts, metadata):
+    seed(10)
+    tracking.reconcile(metadata)
+    changed = changed_behind_the_signals(7)
+    sent = []
+    # Eager mode: each part's task runs in place (a worker would take parts the same way).
+    with mock.patch.object(sharing, "take_parts", wraps=sharing.take_parts) as taken:
+        counts = tracking.reconcile(metadata, parallel=True)
+        sent = [call.args[0] for call in taken.call_args_list]
+    assert counts.updated == 7 and counts.unchanged == 3 and counts.created == counts.deleted == 0
+    assert updated_keys(metadata) == sorted(changed)
+    assert len(set(sent)) == 1, "every part of one job"
+    assert not SharedPart.objects.exists(), "a job's parts are forgotten when it ends"
+    # The record is that of a reconcile in one pass: nothing left to find.
+    assert tracking.reconcile(metadata).unchanged == 10
+
+
+@pytest.mark.django_db
+def test_a_job_whose_helpers_never_come_is_done_by_its_own_process(seed, small_parts, metadata):
+    seed(10)
+    tracking.reconcile(metadata)
+    changed = changed_behind_the_signals(5)
+    task = current_app.tasks[sharing.SHARE_JOB]
+    with mock.patch.object(task, "delay", side_effect=ConnectionRefusedError("the broker is down")):
+        counts = tracking.reconcile(metadata, parallel=True)
+    assert counts.updated == 5
+    assert updated_keys(metadata) == sorted(changed)
+    assert not SharedPart.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_failing_part_fails_the_job_and_the_rebuild_reports_it(seed, small_parts, metadata):
+    seed(10)
+    tracking.reconcile(metadata)
+    changed_behind_the_signals(10)
+    real = reconciling._reconcile_in_database
+
+    def failing(resource_set, source, queryset, *args):
+        if queryset.filter(pk=Item.objects.order_by("pk").values_list("pk", flat=True)[5]).exists():
+            raise RuntimeError("the source's database went away")
+        return real(resource_set, source, queryset, *args)
+
+    with mock.patch.object(reconciling, "_reconcile_in_database", failing):
+        with pytest.raises(sharing.JobFailed, match="part 2: RuntimeError: the source's database went away"):
+            tracking.reconcile(metadata, parallel=True)
+    assert not SharedPart.objects.exists()
+    # Nothing lost: the next reconcile finds what the failed part did not write.
+    assert tracking.reconcile(metadata).updated + len(updated_keys(metadata)) >= 10
+    assert len(updated_keys(metadata)) == 10
+
+
+def parts_of_a_job(resource_set, count, **fields):
+    job = "j" * 32
+    SharedPart.objects.bulk_create(
+        [SharedPart(job=job, kind=reconciling.RECONCILE, resource_set=resource_set, number=number,
+                    options={"after": None, "last": None, "record_events": True, "batch_size": None}, **fields)
+         for number in range(1, count + 1)]
+    )
+    return job
+
+
+@pytest.mark.django_db
+def test_a_part_whose_holder_went_silent_is_taken_over(seed, metadata, settings):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "PART_TIMEOUT": 30}
+    seed(3)
+    tracking.reconcile(metadata)
+    changed = changed_behind_the_signals(2)
+    silent = timezone.now() - datetime.timedelta(seconds=31)
+    job = parts_of_a_job(metadata, 1, holder="elsewhere:1:dead", heartbeat=silent, attempts=1)
+    assert sharing.take_parts(job) == 1
+    part = SharedPart.objects.get(job=job)
+    assert part.done and part.attempts == 2 and part.holder != "elsewhere:1:dead" and part.result["updated"] == 2
+    assert updated_keys(metadata) == sorted(changed)
+
+
+@pytest.mark.django_db
+def test_a_part_whose_holder_is_alive_is_left_to_it(seed, metadata):
+    seed(3)
+    job = parts_of_a_job(metadata, 1, holder="elsewhere:1:busy", heartbeat=timezone.now(), attempts=1)
+    assert sharing.take_parts(job) == 0
+    assert SharedPart.objects.get(job=job).done is None
+
+
+@pytest.mark.django_db
+def test_a_part_started_too_often_fails_its_job(seed, metadata, settings):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "PART_ATTEMPTS": 2, "PART_TIMEOUT": 1}
+    seed(3)
+    silent = timezone.now() - datetime.timedelta(seconds=5)
+    job = parts_of_a_job(metadata, 1, holder="elsewhere:1:dead", heartbeat=silent, attempts=2)
+    assert sharing.take_parts(job) == 0
+    part = SharedPart.objects.get(job=job)
+    assert part.done and part.error == "part 1 was started 2 times without finishing"
+
+
+@pytest.mark.django_db
+def test_the_sweep_forgets_the_parts_of_a_job_whose_process_died(seed, metadata):
+    from django_resourcesync import sweep
+
+    seed(1)
+    old = timezone.now() - datetime.timedelta(days=2)
+    abandoned = parts_of_a_job(metadata, 2, holder="gone:1:x", heartbeat=old)
+    SharedPart.objects.filter(job=abandoned).update(created=old)
+    live = "k" * 32
+    SharedPart.objects.create(job=live, kind=reconciling.RECONCILE, resource_set=metadata, number=1, options={})
+    sweep.sweep()
+    assert list(SharedPart.objects.values_list("job", flat=True)) == [live]
+
+
+@pytest.mark.django_db
+def test_part_timeout_must_be_a_positive_integer(settings):
+    from django_resourcesync.checks import check_settings
+
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "PART_TIMEOUT": 0}
+    assert any("PART_TIMEOUT" in error.msg for error in check_settings(None))
+
+
+def test_records_unchanged_by_a_shared_reconcile_keep_their_rows(db, seed, small_parts):
+    metadata = demo_set("metadata")
+    seed(9)
+    tracking.reconcile(metadata)
+    before = dict(Resource.objects.filter(resource_set=metadata).values_list("object_pk", "id"))
+    tracking.reconcile(metadata, parallel=True)
+    assert dict(Resource.objects.filter(resource_set=metadata).values_list("object_pk", "id")) == before
+
+
+# --- Real workers --------------------------------------------------------------------------
+
+SHARING_WORKER_SETTINGS = """
+from tests.settings import *  # noqa
+
+RESOURCESYNC = {**RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 20, "PART_TIMEOUT": 3}
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 8, "unacked_restore_interval": 1, "unacked_restore_throttle": 1}
+"""
+
+
+def test_a_worker_killed_in_the_middle_of_its_part_leaves_it_to_the_job_which_ends_whole(
+    transactional_db, tmp_path, settings, seed
+):
+    import signal
+
+    from celery import Celery
+
+    from .test_parallel import REDIS_URL, Held, start_worker, wait_for, waiting_backends, worker_environment
+
+    class ResourcesHeld(Held):
+        """Reads of the record go on; its writes wait (a part is held before it writes)."""
+
+        statement = "LOCK TABLE resourcesync_resource IN SHARE MODE"
+
+    env = worker_environment(tmp_path, SHARING_WORKER_SETTINGS)
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 20, "PART_TIMEOUT": 3}
+    seed(50)
+    metadata = demo_set("metadata")
+    tracking.reconcile(metadata)
+    changed = changed_behind_the_signals(50)  # three parts: 20, 20 and 10 items
+    sender = Celery("sender", broker=REDIS_URL, set_as_current=False)
+    processes = {}
+    try:
+        with ResourcesHeld():
+            processes["one"] = start_worker(env, "one")
+            sender.send_task("resourcesync.reconcile_set", args=[metadata.pk])
+            wait_for(lambda: waiting_backends() == 1, 60, "the job's own worker in its first part")
+            processes["two"] = start_worker(env, "two")  # takes a part offered to the workers
+            wait_for(lambda: waiting_backends() == 2, 60, "a second worker in a part")
+            holders = set(SharedPart.objects.exclude(holder="").values_list("holder", flat=True))
+            assert len(holders) == 2 and any(f":{processes['two'].pid}:" in holder for holder in holders)
+            processes["two"].send_signal(signal.SIGKILL)
+            processes["two"].wait(timeout=30)
+        # The job's worker ends its part and the free one, then takes the silent worker's over.
+        wait_for(lambda: not SharedPart.objects.exists(), 90, "the job to end")
+        assert updated_keys(metadata) == sorted(changed), "each change recorded once"
+        assert tracking.reconcile(metadata).unchanged == 50
+    finally:
+        logs = {}
+        for name, process in processes.items():
+            if process.poll() is None:
+                process.terminate()
+            logs[name] = process.communicate(timeout=60)[0]
+            print(f"--- worker {name} ---\n{logs[name][-3000:]}")
+    assert "went silent; taken over" in logs["one"]
+    assert "Task resourcesync.reconcile_set" in logs["one"] and "succeeded" in logs["one"]
