@@ -66,6 +66,21 @@ def metadata(db):
 
 
 @pytest.fixture
+def sizes_from_the_storage(monkeypatch):
+    """The example's files set as a source whose model records no file size (no
+    ``fingerprint_file_sizes``): each file's size completes its fingerprint from the storage (a
+    stat, S3's listing), and a file rewritten in place with another size is found. Name it
+    before the fixtures that build the set, so that the set is built with these fingerprints."""
+    from django.apps import apps
+
+    source = apps.get_app_config("resourcesync").sources.get("bitstreams")
+    monkeypatch.setattr(type(source), "fingerprint_file_sizes", {})
+    source.__dict__.pop("_fingerprint_digest", None)
+    yield source
+    source.__dict__.pop("_fingerprint_digest", None)
+
+
+@pytest.fixture
 def admin_client(client, db):
     from django.contrib.auth.models import User
 

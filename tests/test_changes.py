@@ -440,10 +440,11 @@ def test_a_changed_record_keeps_its_key(tracked, committing):
     assert after.pk == before.pk and after.sha256 != before.sha256
 
 
-def test_reconcile_builds_only_the_objects_whose_fingerprint_fields_changed(tracked, committing):
+def test_reconcile_builds_only_the_objects_whose_fingerprint_fields_changed(sizes_from_the_storage, tracked, committing):
     """The example's sources read their fingerprints as values: a reconcile builds no model
     instance of an unchanged object, and a file rewritten in place (same name, new length) is
-    still found, the file field standing for its name and size."""
+    still found, the file field standing for its name and size (from the storage, for a source
+    whose model records no size)."""
     from django.db.models.signals import post_init
 
     built = []

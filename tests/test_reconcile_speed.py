@@ -74,7 +74,8 @@ def test_nothing_changed_builds_nothing_and_finds_nothing(tracked, committing):
     assert all(c.created == c.updated == c.deleted == 0 for c in counts)
 
 
-def test_changes_made_behind_the_signals_are_found_in_the_database(tracked, committing):
+def test_changes_made_behind_the_signals_are_found_in_the_database(sizes_from_the_storage, tracked, committing):
+    # Sizes from the storage (a source whose model records none): bytes rewritten in place are found.
     bitstreams, metadata = tracked
     first, second = ItemFile.objects.order_by("pk")[:2]
     item = Item.objects.order_by("pk").last()
@@ -162,7 +163,8 @@ def test_a_size_field_stands_for_the_file_without_asking_the_storage(tracked, co
 
     bitstreams = tracked[0]
     source = bitstreams.get_source()
-    # The example's files record no size: any to-one column shows that the storage is not asked.
+    # Any to-one column shows that the storage is not asked (the example's files name their own
+    # size field: tests/test_file_sizes.py).
     monkeypatch.setattr(type(source), "fingerprint_file_sizes", {"file": "item_id"})
     source.__dict__.pop("_fingerprint_digest", None)
     try:
@@ -264,8 +266,10 @@ def s3_media(settings, s3_endpoint):
 FILES = 2_500
 
 
-def test_file_sizes_on_s3_come_from_the_listing_not_a_request_per_file(seed, bitstreams, s3_media, committing):
-    """2,500 files: a reconcile asks S3 for a few listing pages, not 2,500 HEADs."""
+def test_file_sizes_on_s3_come_from_the_listing_not_a_request_per_file(sizes_from_the_storage, seed, bitstreams, s3_media,
+                                                                        committing):
+    """2,500 files: a reconcile asks S3 for a few listing pages, not 2,500 HEADs (for a source
+    whose model records no file size: the example's files set records them, and asks nothing)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from django.core.files.storage import default_storage

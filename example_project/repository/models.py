@@ -46,6 +46,10 @@ class ItemFile(models.Model):
     name = models.CharField(max_length=255, help_text="The file name shown to users and used in the URL.")
     file = models.FileField(upload_to=item_file_path, max_length=500)
     media_type = models.CharField(max_length=255, blank=True)
+    size = models.BigIntegerField(
+        null=True, blank=True, editable=False,
+        help_text="The file's size in bytes, recorded when the file is saved (empty where it could not be read).",
+    )
     created = models.DateTimeField(auto_now_add=True)
     modified = models.DateTimeField(auto_now=True)
 
@@ -54,6 +58,30 @@ class ItemFile(models.Model):
 
     def __str__(self):
         return self.name
+
+    def save(self, *args, **kwargs):
+        # The size goes with the file: the ResourceSync fingerprint of the file reads it in the
+        # database instead of asking the storage (see repository/resourcesync.py). Read on every
+        # save (one stat, or a HEAD on S3: the bytes are read in full after a save anyway), so
+        # that it also catches up with a file that was missing, or replaced, when last saved.
+        if "file" not in self.get_deferred_fields():
+            size = self.file_size()
+            if size != self.size:
+                self.size = size
+                update_fields = kwargs.get("update_fields")
+                if update_fields and "size" not in update_fields:
+                    kwargs["update_fields"] = [*update_fields, "size"]
+        super().save(*args, **kwargs)
+
+    def file_size(self):
+        """The size of the file in bytes (of a new upload too, before it is stored), or ``None``
+        where there is no file or it cannot be read (missing from the storage)."""
+        if not self.file:
+            return None
+        try:
+            return self.file.size
+        except Exception:  # missing (OSError on a disk, the client's own error on S3), refused name
+            return None
 
     def get_absolute_url(self):
         return reverse("repository:file", kwargs={"item": self.item_id, "pk": self.pk, "name": self.name})

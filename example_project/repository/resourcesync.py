@@ -1,10 +1,12 @@
 """What the demo repository publishes over ResourceSync (autodiscovered by django_resourcesync):
 the files of public items, a Dublin Core record per public item, and the items' landing pages."""
 
+from django.db import DatabaseError
 from django.urls import reverse
 
-from django_resourcesync import links, sources
+from django_resourcesync import bulk, links, sources
 
+from . import views
 from .models import Collection, Item, ItemFile
 
 
@@ -17,10 +19,21 @@ class BitstreamSource(sources.ResourceSource):
     # (the files of an item are those whose "item" is that item).
     related_models = {Item: "item"}
     # The fingerprint is made of what the entry shows: the URI (item, key, name), lastmod, links,
-    # the declared type and the bytes (a file field stands for its file's name and size). It is
-    # read in the database: reconciling builds only the files whose fingerprint changed.
+    # the declared type and the bytes (the file's name, and its size as the row records it). It
+    # is made in the database: reconciling builds only the files whose fingerprint changed, and
+    # asks the storage nothing (no stat, no S3 listing).
     fingerprint_fields = ("item_id", "name", "media_type", "modified", "file")
     fingerprint_covers_entry = True
+    # ItemFile.save() records the size of each file it is given (so do the seeding command and
+    # the migration that added the field). Bytes changed through the model change the name (a
+    # storage keeps a new file under a new name), "modified" and the size. The limit: bytes
+    # replaced in place in the storage, behind the app's back under the same name, change none
+    # of these, and reconciling does not see them (the storage's size saw them only when the
+    # size differed); nor does it see a file deleted from the storage behind the app's back,
+    # which stays listed until its row changes (a Resource Dump's build, reading the bytes, finds
+    # it and hands it to change tracking). Whoever writes or deletes files that way saves the
+    # row, or sets its size, after.
+    fingerprint_file_sizes = {"file": "size"}
 
     def items(self):
         # The item is only filtered on: its links below need its key alone, so reconciling a
@@ -52,10 +65,34 @@ class MetadataRecordSource(sources.ViewSource):
     related_models = {Collection: "collection"}
 
     def items(self):
-        return Item.objects.filter(is_public=True).select_related("collection")
+        return views.record_items()
 
     def location(self, obj):
         return obj.get_metadata_url()
+
+    def contents(self, objects):
+        """The records of many items at once, as their view renders each (``render_record``,
+        the view's own function: the site's middleware changes none of the bytes), with no
+        request handling. An item is rendered as it was read with its collection (``items()``
+        reads them together), or else read again with the others in one query, as the view
+        reads it (one the view would answer 404 for is not found, and left to ``content()``,
+        which says so). A record that fails to render is left to ``content()`` too, as is, where
+        ``location()`` is not this class's own, an object whose URI is not its record view's."""
+        if type(self).location is not _RECORD_LOCATION:
+            objects = [obj for obj in objects if self.location(obj) == obj.get_metadata_url()]
+        ready = [obj for obj in objects if obj.is_public and Item.collection.is_cached(obj)]
+        unread = {obj.pk for obj in objects} - {obj.pk for obj in ready}
+        if unread:
+            ready += bulk.filter_in(views.record_items(), "pk", unread)
+        found = {}
+        for item in ready:
+            try:
+                found[item.pk] = (views.render_record(item), views.RECORD_CONTENT_TYPE)
+            except DatabaseError:
+                raise  # the transaction is broken: the batch fails, and is processed again
+            except Exception:
+                continue  # content() renders it through the view, and reports what is wrong
+        return found
 
     def lastmod(self, obj):
         return obj.modified
@@ -72,6 +109,9 @@ class MetadataRecordSource(sources.ViewSource):
             # The kind of metadata (spec section 14.5): the format's namespace.
             links.profile("http://www.openarchives.org/OAI/2.0/oai_dc/"),
         ]
+
+
+_RECORD_LOCATION = MetadataRecordSource.location
 
 
 @sources.register
