@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from functools import cached_property
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections, models
+from django.db import DatabaseError, connections, models
 
 from . import bulk, fingerprints
 from .entries import CHANGEFREQS, Entry, Representation, clean_link, clean_links, normalise_media_type
@@ -89,6 +89,20 @@ class ResourceSource:
         The content encoding the resource is served with (``gzip``, say), when it is; the
         hashes and length are those of the bytes as served (``rs:md encoding``).
 
+    One hook takes many objects at once, and must be a method:
+
+    ``contents(objects)``
+        Optional, a faster way to ``content()`` where the site can render many objects together
+        (their data in one query, say). Given a list of objects, returns ``{obj.pk: content}``,
+        each value what ``content(obj)`` returns for that object, exactly: the same bytes (those
+        served at ``location(obj)``, middleware included) and media type. Called once per
+        batch, with the objects whose bytes must be read (their fingerprint changed, or they
+        have no record yet; not those with a ``file()``). An object missing from the answer (or
+        whose value is ``None``) goes through ``content(obj)``, as does every object when it
+        returns ``None`` (the default) or raises: leave out an object that cannot be rendered
+        there, and ``content()`` renders it, or says why it cannot be published. ``content()``
+        is still needed: for those objects, and for the bytes of dumps.
+
     Each save is a change, and its change event has the bytes of the state it left, even when
     the object changed again before its change was processed (a worker outage): see
     :meth:`saved_state`.
@@ -132,6 +146,11 @@ class ResourceSource:
         return None
 
     def content(self, obj):
+        return None
+
+    def contents(self, objects):
+        """``{obj.pk: content}`` of many ``objects`` at once, or ``None`` where the source cannot
+        (then each goes through :meth:`content`). See the class's list of hooks."""
         return None
 
     def media_type(self, obj):
@@ -342,6 +361,39 @@ class ResourceSource:
                            exc_info=True)
             return {}
 
+    def batch_contents(self, objects):
+        """``{str(pk): content}`` of the objects of ``objects`` that :meth:`contents` answered
+        for, in one call; the values as it gave them (checked where they are used, object by
+        object). Objects with a file are not asked about (their bytes are the file's). Empty
+        when the source has no such hook, or when it fails: the objects then take the way of
+        :meth:`content`, one by one, which reports what is wrong with each."""
+        if type(self).contents is ResourceSource.contents:
+            return {}
+        asked = [obj for obj in objects if not self._has_file(obj)]
+        if not asked:
+            return {}
+        try:
+            answer = self.contents(asked)
+            # None (no bytes known) is left to content() too: entry() reads an object it is
+            # given no representation for, and content() says the same, or better.
+            answer = {str(key): content for key, content in (answer or {}).items() if content is not None}
+        except DatabaseError:
+            raise  # the transaction is broken: the batch fails (nothing is lost)
+        except Exception:
+            logger.warning("%s.contents() failed for a batch of %d objects; each is rendered alone", type(self).__name__,
+                           len(asked), exc_info=True)
+            return {}
+        return {str(obj.pk): answer[str(obj.pk)] for obj in asked if str(obj.pk) in answer}
+
+    def _has_file(self, obj):
+        """Whether ``file(obj)`` gives a file (or fails: reported where the object is described)."""
+        try:
+            return bool(self._get("file", obj))
+        except DatabaseError:
+            raise
+        except Exception:
+            return True
+
     @property
     def gives_bytes(self):
         """Whether the source can give any resource's bytes: its ``file`` or ``content`` is its
@@ -429,7 +481,12 @@ class ResourceSource:
                     f.close()
 
             return read(), None
-        content = self._get("content", obj)
+        return self.content_bitstream(self._get("content", obj))
+
+    @staticmethod
+    def content_bitstream(content):
+        """``(chunks, content_type)`` of what :meth:`content` (or one value of :meth:`contents`)
+        returned; ``None`` for ``None``."""
         if content is None:
             return None
         content_type = None
@@ -464,7 +521,12 @@ class ResourceSource:
     def representation(self, obj):
         """Read and hash the resource's bytes; ``None`` when the source knows no bytes for it.
         Raises :class:`UnpublishableResource` as :meth:`bitstream` does."""
-        found = self.bitstream(obj)
+        return self.representation_of(obj, self.bitstream(obj))
+
+    def representation_of(self, obj, found):
+        """Hash ``found``, the bitstream of ``obj`` (:meth:`bitstream`, or
+        :meth:`content_bitstream` of what :meth:`contents` gave), with the media type declared
+        first; ``None`` for ``None``."""
         if found is None:
             return None
         chunks, content_type = found

@@ -1,5 +1,6 @@
 """Writing changes: compare objects with a set's record, write what differs and its change events."""
 
+import datetime
 import functools
 import logging
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from django.utils import timezone
 from .. import bulk, versions
 from ..entries import Representation
 from ..exceptions import UnpublishableResource
-from ..models import LeftOut, Resource
+from ..models import LeftOut, PreparedEntry, Resource
 from ..signals import resources_left
 from ..versions import StoreUnavailable
 from ..xml.writer import resource_entry
@@ -79,15 +80,21 @@ def matching_fingerprints(resource_set, fingerprints):
     }
 
 
+def vouches(known, fingerprint):
+    """Whether the record ``known`` (a dict, or ``None``) still gives the hashes of an object
+    whose fingerprint is ``fingerprint``: the bytes need not be read."""
+    return known is not None and bool(fingerprint) and known["fingerprint"] == fingerprint and bool(known["sha256"])
+
+
 def entry_values(source, obj, known=None, fingerprint=None, read=None):
     """Field values of the Resource row for ``obj``; reuses the hashes of ``known`` (its
     record, a dict) when its fingerprint did not change. ``read(obj)``, if given, reads and
-    hashes the bytes otherwise (the version store keeps them on the way). Raises
-    UnpublishableResource when ``obj`` cannot be listed."""
+    hashes the bytes otherwise (the version store keeps them on the way; or they were rendered
+    with a batch's, ``contents()``). Raises UnpublishableResource when ``obj`` cannot be listed."""
     if fingerprint is None:
         fingerprint = fingerprint_of(source, obj)
     representation = None
-    if known is not None and fingerprint and known["fingerprint"] == fingerprint and known["sha256"]:
+    if vouches(known, fingerprint):
         representation = Representation(known["md5"], known["sha256"], known["length"], known["media_type"] or None)
     elif read is not None:
         representation = read(obj)
@@ -164,6 +171,9 @@ class History:
 RECORD_FIELDS = ("resource_set_id", "object_pk", *ENTRY_FIELDS, "recorded")
 
 
+#: An object ``contents()`` gave no bytes for: they are read one by one.
+NOT_RENDERED = object()
+
 #: A batch of at least this many objects that all fail to be described fails as a whole.
 SYSTEMIC_FAILURE = 20
 
@@ -199,14 +209,15 @@ class SetWriter:
         writes, gone, changes = {}, [], []  # writes: {key: values} of rows to (re)write
         left_out = {}  # {key: reason} of objects that cannot be listed
         withdrawn = {}  # {key: record id} of resources that leave the set
+        prepared = self._prepared([key for key in keys if objects[key] is not None], fingerprints)
+        rendered = self._batch_contents([key for key in keys if key not in prepared], objects, known, fingerprints)
         for key in keys:
             obj, row = objects[key], known.get(key)
             past = history.get(key)
             when = past.when() if past else {}
-            values = None
-            if obj is not None:
-                # Bytes are kept on the way, unless they are those of the record (no change).
-                read = functools.partial(self._keep, unless=row and row["sha256"]) if self.keeping else None
+            values = prepared.get(key)
+            if obj is not None and values is None:
+                read = self._reader(row, rendered.get(key, NOT_RENDERED))
                 try:
                     values = entry_values(self.source, obj, row, fingerprints.get(key), read)
                 except (DatabaseError, StoreUnavailable):
@@ -286,10 +297,34 @@ class SetWriter:
 
     # -- the bytes of each change (the version store) ------------------------------------
 
-    def _keep(self, obj, unless=None):
-        """Read, hash and keep the bytes of ``obj`` (``entry_values``' ``read``); bytes whose
-        sha-256 is ``unless`` are not kept."""
-        found = self.source.bitstream(obj)
+    def _batch_contents(self, keys, objects, known, fingerprints):
+        """``{key: content}`` of the objects of ``keys`` whose bytes must be read (no record
+        whose fingerprint vouches for them), from one call of the source's ``contents()``; the
+        others, and those it does not answer for, are read one by one."""
+        wanted = [
+            objects[key] for key in keys
+            if objects[key] is not None and not vouches(known.get(key), fingerprints.get(key))
+        ]
+        return self.source.batch_contents(wanted) if wanted else {}
+
+    def _reader(self, row, content=NOT_RENDERED):
+        """``entry_values``' ``read`` of an object whose record is ``row``: its bytes from
+        ``content`` (what ``contents()`` gave for it) unless that is ``NOT_RENDERED``, else read
+        by the source one by one (``None``: ``source.entry()`` reads them). The version store
+        keeps them on the way, unless they are those of the record (no change)."""
+        unless = row and row["sha256"]
+        if content is NOT_RENDERED:
+            return functools.partial(self._keep, unless=unless) if self.keeping else None
+        # Made into chunks when it is read, in the object's own try: a bad value is that object's failure.
+        if self.keeping:
+            return lambda obj: self._keep(obj, unless, found=self.source.content_bitstream(content))
+        return lambda obj: self.source.representation_of(obj, self.source.content_bitstream(content))
+
+    def _keep(self, obj, unless=None, found=NOT_RENDERED):
+        """Read, hash and keep the bytes of ``obj`` (``entry_values``' ``read``), or those of
+        ``found``, its bitstream already had; bytes whose sha-256 is ``unless`` are not kept."""
+        if found is NOT_RENDERED:
+            found = self.source.bitstream(obj)
         if found is None:
             return None
         chunks, content_type = found
@@ -407,6 +442,50 @@ class SetWriter:
             unchanged = {key for key in unchanged if key not in history or not history[key].earlier}
         self.counts.unchanged += len(unchanged)
         return [key for key in objects if key not in unchanged], fingerprints
+
+    # -- objects described ahead (processing.prepare_in_parts) ----------------------------
+
+    def prepare(self, keys):
+        """Describe the objects ``keys`` whose fingerprint differs from their record, and keep
+        what was described (:class:`~..models.PreparedEntry`) for :meth:`apply` to use while
+        their fingerprint stays the same. Objects that cannot be described are left for
+        :meth:`apply` to report. Returns how many were kept."""
+        fingerprints = self.read_fingerprints(keys)  # first, as everywhere
+        unchanged = matching_fingerprints(self.resource_set, fingerprints)
+        stale = [key for key in fingerprints if fingerprints[key] and key not in unchanged]
+        if not stale:
+            return 0
+        objects = {str(obj.pk): obj for obj in bulk.filter_in(self.source.queryset(self.resource_set.lookups), "pk", stale)}
+        stale = [key for key in stale if key in objects]
+        known = self._records(stale, ("id", "object_pk", *ENTRY_FIELDS))
+        rendered = self._batch_contents(stale, objects, known, fingerprints)
+        kept = []
+        for key in stale:
+            row = known.get(key)
+            try:
+                values = entry_values(self.source, objects[key], row, fingerprints[key],
+                                      self._reader(row, rendered.get(key, NOT_RENDERED)))
+            except DatabaseError:
+                raise
+            except Exception:  # reported when its change is written
+                continue
+            kept.append(PreparedEntry(resource_set=self.resource_set, object_pk=key, fingerprint=fingerprints[key],
+                                      values={**values, "lastmod": values["lastmod"] and values["lastmod"].isoformat()}))
+        PreparedEntry.objects.bulk_create(kept, batch_size=1000)
+        return len(kept)
+
+    def _prepared(self, keys, fingerprints):
+        """``{key: values}`` of the objects ``keys`` described ahead from the fingerprint they
+        have now (read before the objects)."""
+        if not keys or not self.source.fingerprint_covers_entry or self.keeping:
+            return {}
+        found = bulk.filter_in(PreparedEntry.objects.filter(resource_set=self.resource_set), "object_pk", keys)
+        prepared = {}
+        for key, fingerprint, values in found.values_list("object_pk", "fingerprint", "values"):
+            if fingerprint and fingerprints.get(key) == fingerprint:
+                lastmod = values["lastmod"]
+                prepared[key] = {**values, "lastmod": lastmod and datetime.datetime.fromisoformat(lastmod)}
+        return prepared
 
     def read_fingerprints(self, pks):
         """``{key: fingerprint}`` of the objects ``pks`` that are among the set's items, read in

@@ -3,8 +3,9 @@
 import datetime
 import mimetypes
 
-from django.http import FileResponse, Http404
+from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.template.loader import get_template
 from django.utils import timezone
 from django.utils.http import http_date
 
@@ -12,9 +13,26 @@ from django_resourcesync.models import ResourceSet
 
 from .models import Item, ItemFile
 
+#: The Dublin Core record of an item, and the type it is served with.
+RECORD_TEMPLATE = "repository/metadata.xml"
+RECORD_CONTENT_TYPE = "application/xml; charset=utf-8"
+
 
 def public_items():
     return Item.objects.filter(is_public=True)
+
+
+def record_items():
+    """The items whose records are served, with what the records show (their collection)."""
+    return public_items().select_related("collection")
+
+
+def render_record(item):
+    """The bytes of the record of ``item`` (fetched by :func:`record_items`): the one way a
+    record is rendered, by its view and by the ``metadata`` source's ``contents()``, which
+    renders many at once. It is made of the item alone, with no request: what a middleware or
+    context processor would add, it must not depend on."""
+    return get_template(RECORD_TEMPLATE).render({"item": item}).encode("utf-8")
 
 
 def home(request):
@@ -38,10 +56,10 @@ def item(request, pk):
 
 
 def item_metadata(request, pk):
-    obj = get_object_or_404(public_items().select_related("collection"), pk=pk)
+    obj = get_object_or_404(record_items(), pk=pk)
     # No Last-Modified: the record shows its collection's name too. ConditionalGetMiddleware
     # gives it an ETag of its bytes instead.
-    return render(request, "repository/metadata.xml", {"item": obj}, content_type="application/xml; charset=utf-8")
+    return HttpResponse(render_record(obj), content_type=RECORD_CONTENT_TYPE)
 
 
 def item_file(request, item, pk, name):
