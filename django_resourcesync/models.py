@@ -453,6 +453,25 @@ class SharedPart(models.Model):
         return f"{self.kind} {self.job} part {self.number}"
 
 
+class PreparedEntry(models.Model):
+    """The record of an object described ahead of the processing of its pending changes, by a
+    worker that shared the rendering of a large batch of changes (see
+    :func:`django_resourcesync.tracking.processing.prepare_in_parts`). It stands only for the
+    fingerprint it was made from: processing uses it instead of describing the object again
+    when the object's fingerprint (which covers its entry) is still that one."""
+
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="+")
+    object_pk = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=512)
+    values = models.JSONField()
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["resource_set", "object_pk"], name="resourcesync_prepared_key")]
+        verbose_name = _("prepared entry")
+        verbose_name_plural = _("prepared entries")
+
+
 class LeftOut(models.Model):
     """An object among a set's items that could not be published: its entry could not be made
     (its URL cannot be reversed, its file is missing, its page does not answer 200, …). It is

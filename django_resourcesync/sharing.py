@@ -82,23 +82,37 @@ def run(resource_set, name, options, *, parallel, progress=None, wait=0.2):
         except Exception:  # the broker is down: the job is done here alone
             logger.warning("Job %s of set %s: its parts could not be offered to the workers; done here",
                            name, resource_set.slug, exc_info=True)
-        holder = _holder()
-        while True:
-            take_parts(job, holder)
-            parts = list(SharedPart.objects.filter(job=job).values("done", "error", "result"))
-            if progress:
-                progress(sum(1 for part in parts if part["done"]), len(parts))
-            failed = [part["error"] for part in parts if part["error"]]
-            if failed:
-                raise JobFailed(f"{name} of set {resource_set.slug}: {failed[0]}")
-            if all(part["done"] for part in parts):
-                total = Counter()
-                for part in parts:
-                    total.update(part["result"])
-                return dict(total)
-            time.sleep(wait)  # parts other workers hold; one whose worker died is taken back above
+        return join(job, progress=progress, wait=wait)
     finally:
         SharedPart.objects.filter(job=job).delete()
+
+
+def join(job, *, progress=None, wait=0.2):
+    """Take parts of ``job`` until none is free, then wait for those others hold (taking back
+    any whose holder went silent) until every part is done; returns the results summed (``{}``
+    if the job is over meanwhile). Raises :class:`JobFailed` if a part failed."""
+    holder = _holder()
+    while True:
+        take_parts(job, holder)
+        parts = list(SharedPart.objects.filter(job=job).values("kind", "resource_set__slug", "done", "error", "result"))
+        if progress and parts:
+            progress(sum(1 for part in parts if part["done"]), len(parts))
+        failed = [part for part in parts if part["error"]]
+        if failed:
+            raise JobFailed(f"{failed[0]['kind']} of set {failed[0]['resource_set__slug']}: {failed[0]['error']}")
+        if all(part["done"] for part in parts):
+            total = Counter()
+            for part in parts:
+                total.update(part["result"])
+            return dict(total)
+        time.sleep(wait)  # parts other workers hold; one whose worker died is taken back above
+
+
+def running(resource_set, name):
+    """The job ``name`` of ``resource_set`` that another process is running, if any (its parts
+    not all done)."""
+    unfinished = SharedPart.objects.filter(resource_set=resource_set, kind=name, done__isnull=True)
+    return unfinished.values_list("job", flat=True).first()
 
 
 def take_parts(job, holder=None):

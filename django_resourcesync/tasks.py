@@ -103,11 +103,13 @@ def sweep_storage_task():
     return str(sweep.sweep())
 
 
-@shared_task(name="resourcesync.process_changes")
-def process_changes_task(sources=None):
+@shared_task(name="resourcesync.process_changes", bind=True)
+def process_changes_task(self, sources=None):
     """Turn pending changes (from signals and the bulk API) into change events. Queued after
-    every commit that records changes; also worth a beat entry every minute as a safety net."""
-    return str(tracking.process_pending(sources))
+    every commit that records changes; also worth a beat entry every minute as a safety net.
+    Run by a worker, the objects of a large batch of changes are described by every free
+    worker side by side."""
+    return str(tracking.process_pending(sources, parallel=not self.request.is_eager))
 
 
 @shared_task(name="resourcesync.share_job", **PART_TASK)

@@ -3,6 +3,7 @@ taken over, a failing part failing the job, and real worker processes on Postgre
 in the middle of its part."""
 
 import datetime
+import hashlib
 import importlib
 from unittest import mock
 
@@ -15,6 +16,7 @@ from django_resourcesync.models import ChangeEvent, Resource, SharedPart
 from example_project.repository.models import Item
 
 from .conftest import demo_set
+from .helpers import fetch
 
 # The module (the package exports its function under the same name).
 reconciling = importlib.import_module("django_resourcesync.tracking.reconcile")
@@ -240,3 +242,103 @@ def test_a_worker_killed_in_the_middle_of_its_part_leaves_it_to_the_job_which_en
             print(f"--- worker {name} ---\n{logs[name][-3000:]}")
     assert "went silent; taken over" in logs["one"]
     assert "Task resourcesync.reconcile_set" in logs["one"] and "succeeded" in logs["one"]
+
+
+# --- Changes described ahead, in parts ---------------------------------------------------------
+
+processing = importlib.import_module("django_resourcesync.tracking.processing")
+
+
+@pytest.fixture
+def small_preparation(monkeypatch):
+    monkeypatch.setattr(processing, "PREPARE_PART", 3)
+
+
+def rendered_records(monkeypatch):
+    """The keys of the records rendered (a record's bytes made), in order."""
+    made = []
+    source = type(demo_set("metadata").get_source())
+    for name in ("content", "contents"):
+        real = getattr(source, name, None)
+        if real is None:
+            continue
+
+        def counting(self, arg, real=real, name=name):
+            made.extend([arg.pk] if name == "content" else [obj.pk for obj in arg])
+            return real(self, arg)
+
+        monkeypatch.setattr(source, name, counting)
+    return made
+
+
+def record_rows(resource_set):
+    fields = ("object_pk", "uri", "lastmod", "md5", "sha256", "length", "media_type", "links", "fingerprint", "entry_xml")
+    return sorted(Resource.objects.filter(resource_set=resource_set).values_list(*fields))
+
+
+def events(resource_set):
+    log = ChangeEvent.objects.filter(changelist__resource_set=resource_set).order_by("pk")
+    return list(log.values_list("object_pk", "change", "datetime", "sha256"))
+
+
+@pytest.mark.django_db
+def test_changes_described_ahead_in_parts_write_what_processing_alone_writes(seed, metadata, small_preparation, monkeypatch):
+    seed(10)
+    tracking.reconcile(metadata)
+    keys = list(Item.objects.order_by("pk").values_list("pk", flat=True))
+    for index, key in enumerate(keys[:8]):
+        Item.objects.filter(pk=key).update(title=f"Retitled {index} & <again>")
+    tracking.changed(model=Item, pks=keys[:8])
+    made = rendered_records(monkeypatch)
+    with mock.patch.object(sharing, "take_parts", wraps=sharing.take_parts) as taken:
+        tracking.process_pending(["metadata"], parallel=True)
+    assert taken.called, "the objects were described in parts"
+    assert sorted(made) == sorted(keys[:8]), "each changed record rendered once, by the parts"
+    assert not SharedPart.objects.exists() and not processing.PreparedEntry.objects.exists()
+    prepared_rows, prepared_events = record_rows(metadata), events(metadata)
+    assert [(key, change) for key, change, *_ in prepared_events] == [(str(key), "updated") for key in keys[:8]]
+    # Every record described again, one by one through the site's view: the same rows.
+    Resource.objects.filter(resource_set=metadata).update(fingerprint="")
+    counts = tracking.reconcile(metadata)
+    assert counts.updated == counts.created == counts.deleted == 0
+    assert record_rows(metadata) == prepared_rows
+
+
+@pytest.mark.django_db
+def test_an_object_changed_after_it_was_described_ahead_is_described_again(seed, metadata, small_preparation, monkeypatch):
+    seed(8)
+    tracking.reconcile(metadata)
+    keys = list(Item.objects.order_by("pk").values_list("pk", flat=True))
+    Item.objects.filter(pk__in=keys).update(title="First")
+    tracking.changed(model=Item, pks=keys)
+    real = processing._prepare_part
+
+    def then_changed(resource_set, options, beat):
+        result = real(resource_set, options, beat)
+        Item.objects.filter(pk=keys[0]).update(title="Changed after it was described")
+        return result
+
+    monkeypatch.setitem(sharing._KINDS, processing.PREPARE, then_changed)
+    tracking.process_pending(["metadata"], parallel=True)
+    record = Resource.objects.get(resource_set=metadata, object_pk=str(keys[0]))
+    status, body, _ = fetch(record.uri.replace("http://testserver", ""))
+    assert status == 200 and b"Changed after it was described" in body
+    assert record.sha256 == hashlib.sha256(body).hexdigest(), "the record is of the object as it is, not as prepared"
+
+
+@pytest.mark.django_db
+def test_a_failing_preparation_costs_only_time(seed, metadata, small_preparation, monkeypatch, caplog):
+    seed(8)
+    tracking.reconcile(metadata)
+    keys = list(Item.objects.order_by("pk").values_list("pk", flat=True))
+    Item.objects.filter(pk__in=keys).update(title="Retitled")
+    tracking.changed(model=Item, pks=keys)
+
+    def failing(resource_set, options, beat):
+        raise RuntimeError("a worker lost its database")
+
+    monkeypatch.setitem(sharing._KINDS, processing.PREPARE, failing)
+    counts = tracking.process_pending(["metadata"], parallel=True)
+    assert counts.updated == 8 and not counts.failed_sets
+    assert "could not all be described ahead" in caplog.text
+    assert updated_keys(metadata) == sorted(str(key) for key in keys)

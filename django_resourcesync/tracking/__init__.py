@@ -58,7 +58,7 @@ def refresh(resource_set, *, progress=None, batch_size=None, parallel=False):
     """Bring the set's record in line with the site: its source's pending changes first, then a
     reconcile, which records any change that bypassed the signals (in parts that free workers
     share, with ``parallel``). Returns the reconcile's counts."""
-    process_pending([resource_set.source], batch_size=batch_size)
+    process_pending([resource_set.source], batch_size=batch_size, parallel=parallel)
     return reconcile(resource_set, progress=progress, batch_size=batch_size, parallel=parallel)
 
 

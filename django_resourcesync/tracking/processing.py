@@ -7,9 +7,9 @@ from django.apps import apps
 from django.db import router, transaction
 from django.db.models import Q
 
-from .. import bulk
+from .. import bulk, sharing, versions
 from ..conf import app_settings
-from ..models import PendingChange, ResourceSet
+from ..models import PendingChange, PreparedEntry, ResourceSet
 from ..sources import registry
 from .locks import is_tracked
 from .writer import ChangeCounts, History, SetWriter
@@ -21,9 +21,13 @@ def _unique_keys(keys):
     return dict.fromkeys(str(key) for key in keys if key is not None)
 
 
-def process_pending(source_names=None, *, batch_size=None):
+def process_pending(source_names=None, *, batch_size=None, parallel=False):
     """Turn pending changes into change events, each at the time it was made, in the order
     they were made; returns the counts. Safe to run concurrently.
+
+    With ``parallel`` (a Celery worker runs this), the objects of a large batch of changes are
+    described ahead by every free worker (see :func:`prepare_in_parts`); the events are then
+    written here, in order, from what they prepared.
 
     Every save recorded is a change of its object (saves of one object in one transaction are
     one change): when an object was saved several times before its changes were processed (a
@@ -43,6 +47,8 @@ def process_pending(source_names=None, *, batch_size=None):
         # its changes are not written meanwhile, and a broken disabled set holds up no one.
         sets = list(ResourceSet.objects.filter(source=name, enabled=True).order_by("pk"))
         enabled = {resource_set.pk for resource_set in sets}
+        if parallel:
+            prepare_in_parts(source, sets)
         broken = set()  # sets whose changes could not be written in this run
         after = 0  # rows up to this id are done with in this run
         while True:
@@ -80,7 +86,65 @@ def process_pending(source_names=None, *, batch_size=None):
                 _settle(name, pending, broken)
                 after = last
         counts.failed_sets += len(broken)
+        if parallel:
+            PreparedEntry.objects.filter(resource_set__in=sets).delete()
     return counts
+
+
+PREPARE = "prepare"
+#: Objects a part of :func:`prepare_in_parts` describes.
+PREPARE_PART = 1_000
+
+
+def prepares(resource_set, source):
+    """Whether what a set records of its source's objects may be described ahead of the
+    processing of their changes: the source's fingerprints, read in the database, cover its
+    entries (a prepared entry stands for its fingerprint), and the set keeps no bytes of
+    versions (they are kept as changes are written)."""
+    return (
+        bool(source.fingerprint_fields) and source.fingerprint_covers_entry
+        and not (is_tracked(resource_set) and versions.keeps(resource_set))
+    )
+
+
+def prepare_in_parts(source, sets):
+    """Have the free workers describe the objects the pending changes of ``source`` name (not
+    those of related objects), ``PREPARE_PART`` objects a part, for each set of ``sets`` that
+    :func:`prepares`, when there are at least two parts' worth: rendering a record through the
+    site's view is what costs, and the workers do it side by side (see :mod:`..sharing`). A set
+    whose preparation another process runs is helped with it instead. Returns how many objects
+    were described; a failure only costs the time (processing describes what is not prepared)."""
+    described = 0
+    sets = [resource_set for resource_set in sets if prepares(resource_set, source)]
+    if not sets:
+        return 0
+    rows = PendingChange.objects.filter(source=source.name, related="")
+    if rows[: 2 * PREPARE_PART].count() < 2 * PREPARE_PART:
+        return 0
+    keys = list(dict.fromkeys(rows.order_by("id").values_list("object_pk", flat=True).iterator(chunk_size=10_000)))
+    if len(keys) < 2 * PREPARE_PART:
+        return 0
+    parts = [{"keys": keys[start : start + PREPARE_PART]} for start in range(0, len(keys), PREPARE_PART)]
+    for resource_set in sets:
+        try:
+            job = sharing.running(resource_set, PREPARE)
+            if job is not None:
+                result = sharing.join(job)
+            else:
+                result = sharing.run(resource_set, PREPARE, parts, parallel=True)
+            described += result.get("prepared", 0)
+        except sharing.JobFailed as exc:
+            logger.warning("Set %s: the objects of its changes could not all be described ahead (%s); "
+                           "they are described as their changes are written", resource_set.slug, exc)
+    return described
+
+
+@sharing.kind(PREPARE)
+def _prepare_part(resource_set, options, beat):
+    """A part of :func:`prepare_in_parts`: describe the objects ``options["keys"]`` for the set
+    and keep what was described as :class:`~..models.PreparedEntry` rows."""
+    writer = SetWriter(resource_set, record_events=False)
+    return {"prepared": writer.prepare(options["keys"])}
 
 
 class Pending(NamedTuple):
