@@ -85,3 +85,38 @@ def setup_django_sqlite(var_dir):
     import django
 
     django.setup()
+
+
+def setup_django_example(var_dir, database_url=None):
+    """Django for a child step: the example project with its tasks run in process and its files
+    (media, documents) in ``var_dir``; its SQLite database there too, or ``database_url``."""
+    import os
+
+    os.environ["EXAMPLE_VAR_DIR"] = var_dir
+    os.environ["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
+    for name in ("CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "AWS_STORAGE_BUCKET_NAME"):
+        os.environ.pop(name, None)
+    if database_url:
+        os.environ["DATABASE_URL"] = database_url
+    else:
+        os.environ.pop("DATABASE_URL", None)
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+
+
+def recreate_database(database_url, create=True):
+    """Drop the PostgreSQL database ``database_url`` names (a throwaway one) and, with
+    ``create``, create it afresh, through the server's ``postgres`` database."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+    from psycopg import sql
+
+    parts = urlsplit(database_url)
+    name = parts.path.lstrip("/")
+    with psycopg.connect(urlunsplit(("postgresql", parts.netloc, "/postgres", "", "")), autocommit=True) as connection:
+        connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        if create:
+            connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

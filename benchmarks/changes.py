@@ -49,14 +49,53 @@ measures:
    written into storage (timed as well), and the closed list is served from storage
    (``changelist/1.xml``), along with the Change List Index that ``changelist.xml`` becomes.
 
+5. Updated rendered records, with and without the batch render hook: ``queryset.update()`` of
+   the titles of 10,000 items (``--render``; not timed), ``tracking.changed(queryset)`` (timed
+   apart), then, timed, ``tracking.process_pending(["metadata"])``: each record rendered again,
+   hashed, its row and its event written. With the hook, ``MetadataRecordSource.contents()``
+   renders a batch's records at once (the items in one query, the record's template, no request
+   handling); without, the child sets ``contents`` back to ``ResourceSource.contents`` and each
+   record goes through ``content()`` (a GET through the site's middleware and view). Rounds
+   alternate (with, without; without, with: ``--render-rounds``, default 2) on the same items,
+   each round appending to the titles; a few records of each are checked against the bytes the
+   view serves. The pending changes the other sources tracking ``Item`` got are discarded.
+   ``--render-only`` runs seed, baseline and this step alone.
+
+6. Updated rendered records on real Celery workers, PostgreSQL only (``--database-url``): the
+   target of 5,000 records a second, end to end, with 2 workers. ``celery -A example_project
+   worker --pool=solo`` processes on the broker (``parallel_build.py``'s ``Workers``), 1 or 2,
+   started before each run and stopped after it. A run: ``queryset.update()`` of the titles of
+   ``--worker-items`` items (default min(50,000, the items there are); not timed), a wait (up to
+   ``--load-wait`` s, 600) for the 1-minute load average to fall below ``--max-load`` (0.5), then
+   ``tracking.changed(model=Item, pks=...)`` in ``transaction.atomic()``, with the pending rows
+   the ``pages`` and ``bitstreams`` sources got deleted before the commit (the ``metadata`` set
+   is measured). The commit hands ``resourcesync.process_changes`` to the outbox's dispatcher
+   thread, which queues it; the worker that runs it (``process_pending(parallel=True)``) records
+   the objects in parts of ``PREPARE_PART`` keys (``sharing``: one ``resourcesync.share_job``
+   task per part but its own), which every free worker describes ahead (``SetWriter.prepare``,
+   ``PreparedEntry`` rows), then writes the events in order from them. Timed: from the end of
+   the commit until the set has an event for each item (``ChangeEvent`` count polled every
+   100 ms, along with the prepared entries and the shared parts: which process did which part).
+   ``--worker-rounds`` rounds (3), each one run with 1 worker and one with 2, alternating; the
+   median of each. Checks per run: exactly one new ``updated`` event per item, the sha-256 of a
+   few records (their row and their event) equal to that of the bytes the view serves, nothing
+   left pending or prepared, and the workers' logs (tasks run, lines of trouble). For
+   comparison, in process (no worker): ``process_pending(["metadata"], parallel=False)`` and
+   ``parallel=True`` (the parts offered on the broker, where nothing takes them, and done by
+   the job's own process, as a lone worker does) on ``--worker-profile-items`` items (10,000),
+   with how many objects the writing found prepared; under cProfile too with ``--profile``.
+   ``--py-spy PATH`` adds a run with 1 worker and one with 2, each worker sampled by py-spy,
+   and prints where its time goes. ``--workers-only`` runs seed, a baseline of the ``metadata``
+   set alone (the other sets disabled) and this step.
+
 The steps run in this order: seed, baseline, 2 (update), 4 (open list), close, 4 (closed list),
-3, 2 (delete), 1; the report prints them in the numbered order. Every step runs in its own child
+3, 2 (delete), 1, 5, 6; the report prints them in the numbered order. Every step runs in its own child
 process (this script re-run with the hidden ``--child`` option). Nothing is asserted: the script
 prints figures, ratios and the targets (save at most 1.5x its untracked twin; at least 50,000
 events/s; a reconcile of 100,000 resources under 10 s; a 50,000-entry Change List served in under
-0.5 s). ``--profile`` additionally runs cProfile over a repeat of the bulk update (5,000 items),
-a bulk deletion (as many items, with their files) and a reconcile of the ``bitstreams`` set, and
-prints the top functions.
+0.5 s; 5,000 updated rendered records/s with 2 workers). ``--profile`` additionally runs
+cProfile over a repeat of the bulk update (5,000 items), a bulk deletion (as many items, with their
+files) and a reconcile of the ``bitstreams`` set, and prints the top functions.
 
 On PostgreSQL, ``--pg-jit off`` turns JIT compilation off for the children's sessions
 (``PGOPTIONS=-c jit=off``). Change tracking no longer issues the ``UPDATE ... CASE WHEN``
@@ -67,6 +106,7 @@ the server's setting is the default.
 import argparse
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -86,6 +126,7 @@ TARGET_SAVE_RATIO = 1.5
 TARGET_EVENTS_PER_S = 50_000
 TARGET_RECONCILE_S = 10.0
 TARGET_SERVE_S = 0.5
+TARGET_WORKER_RECORDS_PER_S = 5_000
 
 
 # --------------------------------------------------------------------------------------------
@@ -176,14 +217,17 @@ def child_seed(cfg, n, file_size):
     }
 
 
-def child_baseline(cfg):
-    """First reconcile of each set: records its resources silently and opens its change log."""
+def child_baseline(cfg, only=None):
+    """First reconcile of each set: records its resources silently and opens its change log.
+    ``only``: the slugs of the sets to keep; the others are disabled, not reconciled."""
     setup_django(cfg)
     from django_resourcesync import tracking
     from django_resourcesync.models import ChangeList, Resource, ResourceSet
 
     result = {}
-    for resource_set in ResourceSet.objects.order_by("pk"):
+    if only:
+        ResourceSet.objects.exclude(slug__in=only).update(enabled=False)
+    for resource_set in ResourceSet.objects.filter(enabled=True).order_by("pk"):
         started = time.perf_counter()
         counts = tracking.reconcile(resource_set)
         result[resource_set.slug] = {
@@ -234,6 +278,77 @@ def child_bulk_update(cfg, n):
     update_seconds = time.perf_counter() - started
 
     return {"items": updated, "update_seconds": update_seconds, **timed_changes(lambda: tracking.changed(queryset))}
+
+
+def child_render(cfg, n, hook, round_number):
+    """Step 5: updated rendered records, with or without the batch render hook. ``queryset.update()``
+    of n titles (not timed), ``tracking.changed()`` (timed apart), then, timed, processing of the
+    ``metadata`` source's pending changes: each record rendered again and hashed, its row and its
+    event written. With ``hook``, ``MetadataRecordSource.contents()`` renders each batch's records
+    at once; without, each goes through ``content()``, the site's request handling. The pending
+    changes the other sources tracking ``Item`` got (the ``pages`` and ``bitstreams`` sets) are
+    discarded: they are not measured, and a benchmark's pages set may be left stale."""
+    setup_django(cfg)
+    import hashlib
+
+    from django.db.models import F, Value
+    from django.db.models.functions import Concat
+
+    from django_resourcesync import tracking
+    from django_resourcesync.models import PendingChange, Resource
+    from django_resourcesync.rendering import render_location
+    from django_resourcesync.sources import ResourceSource
+    from example_project.repository.models import Item
+    from example_project.repository.resourcesync import MetadataRecordSource
+
+    calls = []
+    if hook:
+        real = MetadataRecordSource.contents
+
+        def counting(self, objects):
+            calls.append(len(objects))
+            return real(self, objects)
+
+        MetadataRecordSource.contents = counting
+    else:
+        MetadataRecordSource.contents = ResourceSource.contents  # the per-object way: content()
+
+    pks = item_pks()[:n]
+    queryset = Item.objects.filter(pk__gte=pks[0], pk__lte=pks[-1])
+    queryset.update(title=Concat(F("title"), Value(f" (render {round_number})")))
+    PendingChange.objects.all().delete()  # nothing left over from an earlier step is timed
+    started = time.perf_counter()
+    recorded = tracking.changed(queryset)
+    changed_seconds = time.perf_counter() - started
+    PendingChange.objects.exclude(source="metadata").delete()
+    pending = PendingChange.objects.count()
+    # Both ways warmed up alike (the URLconf imported, the middleware loaded, the template
+    # compiled): one record through the view, not timed.
+    render_location(Item.objects.get(pk=pks[-1]).get_metadata_url())
+    before = event_counts()
+    started = time.perf_counter()
+    counts = tracking.process_pending(["metadata"])
+    process_seconds = time.perf_counter() - started
+    # What was published is what the view serves (a few records, checked through the view).
+    checked = 0
+    for pk in pks[:: max(1, len(pks) // 5)]:
+        item = Item.objects.get(pk=pk)
+        body, _type = render_location(item.get_metadata_url())
+        row = Resource.objects.get(resource_set__slug="metadata", object_pk=str(pk))
+        assert row.sha256 == hashlib.sha256(body).hexdigest() and row.length == len(body), pk
+        checked += 1
+    return {
+        "hook": hook,
+        "items": len(pks),
+        "recorded": recorded,
+        "pending": pending,
+        "changed_seconds": changed_seconds,
+        "process_seconds": process_seconds,
+        "counts": counts_dict(counts),
+        "events": events_written(before, event_counts()).get("metadata", 0),
+        "hook_calls": calls,
+        "checked": checked,
+    }
 
 
 def child_bulk_delete(cfg, n):
@@ -524,6 +639,285 @@ def child_profile(cfg, n, top):
     return report
 
 
+# -- step 6: the rendered records on real Celery workers --------------------------------------
+
+
+def wait_for_quiet(max_load, max_wait):
+    """Wait, up to ``max_wait`` seconds, for the 1-minute load average to fall below
+    ``max_load`` (other benchmarks may be running); returns what was seen."""
+    started = time.monotonic()
+    first = load = os.getloadavg()[0]
+    while load >= max_load and time.monotonic() - started < max_wait:
+        time.sleep(5)
+        load = os.getloadavg()[0]
+    return {"load": load, "first_load": first, "waited": time.monotonic() - started, "quiet": load < max_load}
+
+
+def record_metadata_changes(pks):
+    """``tracking.changed(model=Item, pks=pks)`` in a transaction that commits: the commit hands
+    the ``resourcesync.process_changes`` task to the outbox's dispatcher thread, which queues
+    it. Only the ``metadata`` source's pending changes are measured: those the ``pages`` and
+    ``bitstreams`` sources got for the same items are deleted before the commit. Returns
+    ``(recorded, dropped, changed() seconds, seconds to the end of the commit)``."""
+    from django.db import transaction
+
+    from django_resourcesync import tracking
+    from django_resourcesync.models import PendingChange
+    from example_project.repository.models import Item
+
+    started = time.perf_counter()
+    with transaction.atomic():
+        recorded = tracking.changed(model=Item, pks=pks)
+        changed_seconds = time.perf_counter() - started
+        dropped = PendingChange.objects.exclude(source="metadata").delete()[0]
+    return recorded, dropped, changed_seconds, time.perf_counter() - started
+
+
+def update_titles(pks, label):
+    """``queryset.update()`` of the titles of the items ``pks`` (ascending keys): no signal."""
+    from django.db.models import F, Value
+    from django.db.models.functions import Concat
+
+    from example_project.repository.models import Item
+
+    queryset = Item.objects.all()
+    if len(pks) < Item.objects.count():
+        queryset = queryset.filter(pk__gte=pks[0], pk__lte=pks[-1])
+    return queryset.update(title=Concat(F("title"), Value(f" ({label})")))
+
+
+def check_events(resource_set, after, pks, sample=5):
+    """Every item of ``pks`` has exactly one event after the event id ``after``, ``updated``,
+    and a few records (their row and their event) have the sha-256 of the bytes the view serves."""
+    import hashlib
+    from collections import Counter
+
+    from django_resourcesync.models import ChangeEvent, Resource
+    from django_resourcesync.rendering import render_location
+    from example_project.repository.models import Item
+
+    events = ChangeEvent.objects.filter(resource_set=resource_set, id__gt=after)
+    rows = list(events.values_list("object_pk", "change"))
+    per_item = Counter(key for key, _change in rows)
+    wanted = {str(pk) for pk in pks}
+    checked, mismatched = 0, []
+    for pk in pks[:: max(1, len(pks) // sample)][:sample]:
+        body, _type = render_location(Item.objects.get(pk=pk).get_metadata_url())
+        digest = hashlib.sha256(body).hexdigest()
+        row = Resource.objects.get(resource_set=resource_set, object_pk=str(pk))
+        event = events.filter(object_pk=str(pk)).values_list("sha256", flat=True).first()
+        checked += 1
+        if not (row.sha256 == digest == event and row.length == len(body)):
+            mismatched.append(pk)
+    return {
+        "events": len(rows),
+        "changes": dict(Counter(change for _key, change in rows)),
+        "items_with_one": sum(1 for key in wanted if per_item.get(key) == 1),
+        "items_without": sum(1 for key in wanted if key not in per_item),
+        "items_with_more": sum(1 for key in wanted if per_item.get(key, 0) > 1),
+        "others": sum(1 for key in per_item if key not in wanted),
+        "hash_checked": checked,
+        "hash_mismatched": mismatched,
+    }
+
+
+def cpu_seconds(pids):
+    """``{pid: user + system CPU seconds}`` of live processes, and ``"machine"``: the CPU seconds
+    every core spent busy (``/proc/stat``), ``"self"``: this process's."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            found[str(pid)] = (int(fields[11]) + int(fields[12])) / ticks
+        except OSError:
+            pass
+    with open("/proc/stat") as stat:
+        cpu = [int(value) for value in stat.readline().split()[1:]]
+    found["machine"] = (sum(cpu[:8]) - cpu[3] - cpu[4]) / ticks  # all but idle and iowait
+    times = os.times()
+    found["self"] = times.user + times.system
+    return found
+
+
+def child_workers(cfg, n, pids, run_number, max_load, max_wait, timeout):
+    """Step 6, one run: the titles of n items by ``queryset.update()`` (not timed), then, once
+    the load is low, ``tracking.changed(model=Item, pks=...)`` committed; timed from the end of
+    the commit until the ``metadata`` set has an event for each of the n items, the workers
+    (started by the parent) doing the work. The database is polled every 100 ms: the events,
+    the prepared entries and the shared parts (which process holds which part)."""
+    setup_django(cfg)
+    from django.db.models import Max
+
+    from django_resourcesync.models import ChangeEvent, PendingChange, PreparedEntry, ResourceSet, SharedPart
+
+    metadata = ResourceSet.objects.get(slug="metadata")
+    pks = item_pks()[:n]
+    PendingChange.objects.all().delete()  # nothing left over from an earlier step is timed
+    leftovers = {"prepared": PreparedEntry.objects.count(), "shared_parts": SharedPart.objects.count()}
+    started = time.perf_counter()
+    updated = update_titles(pks, f"workers {run_number}")
+    update_seconds = time.perf_counter() - started
+    quiet = wait_for_quiet(max_load, max_wait)
+    after = ChangeEvent.objects.filter(resource_set=metadata).aggregate(last=Max("id"))["last"] or 0
+    events = ChangeEvent.objects.filter(resource_set=metadata, id__gt=after)
+    prepared_rows = PreparedEntry.objects.filter(resource_set=metadata)
+    parts_rows = SharedPart.objects.filter(resource_set=metadata)
+    recorded, dropped, changed_seconds, commit_seconds = record_metadata_changes(pks)
+    committed = time.perf_counter()
+    cpu_before = cpu_seconds(pids)
+
+    marks = {}  # first time each thing was seen, seconds after the commit
+    holders = {}  # part number -> "pid" of the process that did it
+    prepared_max = parts_total = polls = 0
+    timeline = []  # (seconds, events, prepared entries, parts done) every second or so
+    written = 0
+    seconds = None
+    while True:
+        now = time.perf_counter() - committed
+        written = events.count()
+        prepared = prepared_rows.count()
+        parts = list(parts_rows.values_list("number", "holder", "done"))
+        polls += 1
+        parts_total = max(parts_total, len(parts))
+        prepared_max = max(prepared_max, prepared)
+        done = sum(1 for _number, _holder, finished in parts if finished)
+        for number, holder, finished in parts:
+            if holder:
+                marks.setdefault("first_part_claimed", now)
+            if finished and holder:
+                holders[number] = holder.split(":")[1]
+        if parts:
+            marks.setdefault("parts_recorded", now)
+            if done == len(parts):
+                marks.setdefault("parts_done", now)
+        elif "parts_recorded" in marks:
+            marks.setdefault("parts_done", now)  # the job is over: its rows are gone
+        if prepared:
+            marks.setdefault("first_prepared", now)
+        if written:
+            marks.setdefault("first_event", now)
+        if not timeline or now - timeline[-1][0] >= 1.0:
+            timeline.append((round(now, 2), written, prepared, done))
+        if written >= len(pks):
+            seconds = now
+            break
+        if now > timeout:
+            break
+        time.sleep(0.1)
+    cpu = {key: value - cpu_before.get(key, 0.0) for key, value in cpu_seconds(pids).items()}
+    load_after = os.getloadavg()[0]
+    # The task goes on after the last events: it settles the pending rows and deletes the
+    # prepared entries. Wait for it (not timed) before checking.
+    settle_started = time.perf_counter()
+    while time.perf_counter() - settle_started < 120:
+        if not (PendingChange.objects.filter(source="metadata").exists() or prepared_rows.exists() or parts_rows.exists()):
+            break
+        time.sleep(0.1)
+    settled = time.perf_counter() - committed
+    return {
+        "workers": len(pids),
+        "pids": [str(pid) for pid in pids],
+        "run": run_number,
+        "items": len(pks),
+        "updated_rows": updated,
+        "update_seconds": update_seconds,
+        "leftovers": leftovers,
+        "recorded": recorded,
+        "dropped": dropped,
+        "changed_seconds": changed_seconds,
+        "commit_seconds": commit_seconds,
+        "quiet": quiet,
+        "load_after": load_after,
+        "seconds": seconds,
+        "written": written,
+        "timed_out": seconds is None,
+        "settled_seconds": settled,
+        "cpu": cpu,
+        "marks": marks,
+        "holders": holders,
+        "parts_seen": parts_total,
+        "prepared_max": prepared_max,
+        "polls": polls,
+        "timeline": timeline,
+        "left": {
+            "pending": PendingChange.objects.filter(source="metadata").count(),
+            "prepared": prepared_rows.count(),
+            "shared_parts": parts_rows.count(),
+        },
+        "check": check_events(metadata, after, pks),
+    }
+
+
+def child_workers_in_process(cfg, n, parallel, top, run_number, max_load, max_wait):
+    """Step 6, for comparison: the same update of n items, processed in this process by
+    ``tracking.process_pending(["metadata"], parallel=parallel)`` (what the task calls), with
+    no worker running: with ``parallel``, the parts of the preparation are offered on the broker
+    (nothing takes them) and done here by the job's own process, as a lone worker does. Timed
+    once as it is, then (``top``) once more under cProfile. Counts how many objects the writing
+    found prepared and how many it rendered itself."""
+    setup_django(cfg)
+    from collections import Counter
+
+    from django.db.models import Max
+
+    from django_resourcesync import tracking
+    from django_resourcesync.models import ChangeEvent, PendingChange, ResourceSet
+    from django_resourcesync.tracking import processing
+    from django_resourcesync.tracking.writer import SetWriter
+
+    stats = Counter()
+    real_prepared, real_contents = SetWriter._prepared, SetWriter._batch_contents
+    real_prepare_in_parts = processing.prepare_in_parts
+
+    def counting_prepared(self, keys, fingerprints):
+        found = real_prepared(self, keys, fingerprints)
+        stats["write: asked for prepared"] += len(keys)
+        stats["write: found prepared"] += len(found)
+        return found
+
+    def counting_contents(self, keys, objects, known, fingerprints):
+        found = real_contents(self, keys, objects, known, fingerprints)
+        stats["write: rendered" if self.record_events else "prepare: rendered"] += len(found)
+        return found
+
+    def timed_prepare(source, sets):
+        started = time.perf_counter()
+        try:
+            return real_prepare_in_parts(source, sets)
+        finally:
+            stats["prepare_in_parts seconds"] += time.perf_counter() - started
+
+    SetWriter._prepared, SetWriter._batch_contents = counting_prepared, counting_contents
+    processing.prepare_in_parts = timed_prepare
+    metadata = ResourceSet.objects.get(slug="metadata")
+    pks = item_pks()[:n]
+    result = {"parallel": parallel, "items": len(pks)}
+    for mode in ("timed", "profiled") if top else ("timed",):
+        stats.clear()
+        PendingChange.objects.all().delete()
+        update_titles(pks, f"in process {run_number} {mode}")
+        after = ChangeEvent.objects.filter(resource_set=metadata).aggregate(last=Max("id"))["last"] or 0
+        record_metadata_changes(pks)  # its task goes to the broker, and nothing takes it
+        quiet = wait_for_quiet(max_load, max_wait) if mode == "timed" else None
+        cpu_before = cpu_seconds([])
+        started = time.perf_counter()
+        if mode == "timed":
+            counts = tracking.process_pending(["metadata"], parallel=parallel)
+            result[mode] = {"counts": counts_dict(counts)}
+        else:
+            result[mode] = _steps.profiled(tracking.process_pending, ["metadata"], parallel=parallel, top=top)
+        result[mode].update(
+            seconds=time.perf_counter() - started,
+            stats=dict(stats),
+            quiet=quiet,
+            cpu={key: value - cpu_before[key] for key, value in cpu_seconds([]).items()},
+            events=ChangeEvent.objects.filter(resource_set=metadata, id__gt=after).count(),
+        )
+    return result
+
+
 CHILDREN = {
     "seed": child_seed,
     "baseline": child_baseline,
@@ -535,6 +929,9 @@ CHILDREN = {
     "serve_closed": child_serve_closed,
     "saves": child_saves,
     "profile": child_profile,
+    "render": child_render,
+    "workers": child_workers,
+    "workers_in_process": child_workers_in_process,
 }
 
 
@@ -630,10 +1027,331 @@ def report_serve(label, served):
     return full
 
 
+def header(seed, pgoptions):
+    database = f"{seed['vendor']} {seed['db_version']}"
+    if seed["jit"] is not None:
+        database += f" (jit={seed['jit']}{', set by --pg-jit off' if pgoptions else ', the server setting'})"
+    return (
+        f"Change tracking benchmark, example project  (Python {platform.python_version()}, Django {seed['django']}, "
+        f"{database}, {os.cpu_count()} CPUs)"
+    )
+
+
+def report_seed(options, seed, baseline):
+    if options.workers_only:
+        print("Only the 'metadata' set is reconciled and enabled (--workers-only): 'bitstreams' and 'pages' are disabled.")
+    print(
+        f"Seeded {seed['items']:,} items with {seed['files']:,} files of {options.file_size} bytes "
+        f"in {seed['seconds']:.1f} s "
+        f"(not timed). Each step in its own child process."
+    )
+    for slug, b in baseline.items():
+        print(
+            f"Baseline reconcile of '{slug}' (first reconcile: records silently, starts the log): "
+            f"{b['resources']:,} resources in {b['seconds']:.1f} s ({rate(b['resources'], b['seconds']):,.0f}/s)"
+        )
+
+
+def run_renders(options, result_dir, broker, n):
+    """Step 5: rounds alternating with and without the hook (ABBA), on the same n items."""
+    renders = []
+    for round_number in range(options.render_rounds):
+        order = (True, False) if round_number % 2 == 0 else (False, True)
+        for hook in order:
+            renders.append(run_child("render", result_dir, broker, n, hook, len(renders) + 1))
+            purge_broker(options.broker_url)
+    return renders
+
+
+def report_renders(renders):
+    first = renders[0]
+    print(f"5. Updated rendered records (the 'metadata' set): Item.objects.filter(pk range).update(title=...) of "
+          f"{first['items']:,} items (not timed), tracking.changed() (timed apart), then, timed, "
+          f"tracking.process_pending(['metadata']) (broker configuration); rounds alternate ABBA")
+    best = {}
+    for r in renders:
+        label = "with the hook (contents())" if r["hook"] else "without (content(), request handling)"
+        records_rate = rate(r["counts"]["updated"], r["process_seconds"])
+        best.setdefault(r["hook"], []).append(records_rate)
+        calls = f"{len(r['hook_calls'])} call(s) of {r['hook_calls']} objects" if r["hook"] else "no hook"
+        print(f"  {label:<40} {r['counts']['updated']:,} updated in {r['process_seconds']:.2f} s  ->  "
+              f"{records_rate:,.0f} records/s   (changed() {r['changed_seconds']:.2f} s; {r['events']:,} events; "
+              f"{calls}; {r['checked']} records checked against the view)")
+    with_hook, without = statistics.median(best[True]), statistics.median(best.get(False) or [float("nan")])
+    print(f"  median: with the hook {with_hook:,.0f} records/s, without {without:,.0f} records/s  ->  "
+          f"{with_hook / without:.1f}x")
+
+
+# --------------------------------------------------------------------------------------------
+# Step 6: the workers (real ``celery worker --pool=solo`` processes, parallel_build.py's)
+
+TASK_LINE = re.compile(r"Task (resourcesync\.\w+)\[[^\]]+\] (succeeded|raised|retry)[^:]*?(?: in ([\d.]+)s)?: ?(.*)$")
+
+
+def logged_workers(cfg, count, spy=None, spy_dir=None):
+    """parallel_build.py's ``Workers`` (imported here: it imports this module), keeping every
+    line each worker logs, and with ``spy`` (the py-spy executable) sampling each worker from
+    the moment it is ready until it stops."""
+    from parallel_build import Workers
+
+    class LoggedWorkers(Workers):
+        def __enter__(self):
+            self.lines = {}
+            self.spies = []
+            super().__enter__()
+            self.pids = [process.pid for process in self.processes]
+            for pid in self.pids if spy else ():
+                path = Path(spy_dir) / f"py-spy-{count}w-{pid}.txt"
+                command = [spy, "record", "--pid", str(pid), "--rate", "100", "--format", "raw", "--function", "--idle",
+                           "--nonblocking", "--output", str(path)]
+                spied = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                self.spies.append((pid, path, spied))
+            return self
+
+        def _drain(self, process, ready):
+            lines = self.lines.setdefault(process.pid, [])
+            for line in process.stdout:
+                lines.append(line.rstrip())
+                if " ready." in line:
+                    ready.set()
+                if "ERROR" in line or "Traceback" in line:
+                    print(f"  worker {process.pid}: {line.rstrip()}", file=sys.stderr)
+
+        def __exit__(self, *exc_info):
+            super().__exit__(*exc_info)
+            self.profiles = {}
+            for pid, path, spied in self.spies:
+                try:
+                    _out, err = spied.communicate(timeout=120)  # py-spy writes its file when the worker exits
+                except subprocess.TimeoutExpired:
+                    spied.terminate()
+                    _out, err = spied.communicate()
+                self.profiles[str(pid)] = str(path) if path.exists() else f"no profile: {err.strip()[-300:]}"
+            return False
+
+        def summary(self):
+            """Per worker (by pid): the tasks it ran, their seconds and results, and the lines
+            that tell of trouble."""
+            found = {}
+            for pid, lines in self.lines.items():
+                tasks = []
+                for line in lines:
+                    match = TASK_LINE.search(line)
+                    if match:
+                        name, outcome, seconds, value = match.groups()
+                        tasks.append((name.split(".")[-1], outcome, float(seconds or 0), value.strip()[:200]))
+                trouble = [line for line in lines if any(word in line for word in ("ERROR", "WARNING", "Traceback", "CRITICAL"))]
+                found[str(pid)] = {"tasks": tasks, "trouble": trouble[:20], "trouble_lines": len(trouble), "lines": len(lines)}
+            return found
+
+    return LoggedWorkers(cfg, count)
+
+
+def spy_summary(path, top):
+    """The py-spy samples of a worker (collapsed stacks, one ``frame;frame;... count`` a line)
+    taken while it ran a task of ours, each stack cut at the task's own function
+    (``process_pending`` or ``take_parts``): the functions with the most samples on top of the
+    stack (self), anywhere in it (inclusive), and the self samples by file, as percentages."""
+    self_counts, inclusive, by_file, total = {}, {}, {}, 0
+    markers = ("process_pending (", "take_parts (")
+    with open(path) as raw:
+        for line in raw:
+            stack, _space, count = line.rstrip("\n").rpartition(" ")
+            frames = stack.split(";")
+            start = next((index for index, frame in enumerate(frames) if frame.startswith(markers)), None)
+            if start is None:
+                continue  # the worker waiting for tasks, other threads
+            frames = frames[start:]
+            count = int(count)
+            total += count
+            self_counts[frames[-1]] = self_counts.get(frames[-1], 0) + count
+            where = frames[-1].rpartition("(")[2].rpartition(":")[0] or frames[-1]
+            by_file[where] = by_file.get(where, 0) + count
+            for frame in set(frames):
+                inclusive[frame] = inclusive.get(frame, 0) + count
+
+    def best(counts):
+        return [(frame, count / (total or 1) * 100) for frame, count in sorted(counts.items(), key=lambda item: -item[1])[:top]]
+
+    return {"samples": total, "self": best(self_counts), "inclusive": best(inclusive), "files": best(by_file)}
+
+
+def run_worker_steps(options, result_dir, broker, n):
+    """Step 6: ``--worker-rounds`` runs with 1 worker and with 2, alternating (1, 2; 2, 1; ...),
+    then the in-process comparison and, with ``--py-spy``, one more run of each sampled."""
+    timeout = max(600, n / 50)
+    runs = []
+
+    def one_run(count, number, spy=None):
+        with logged_workers(broker, count, spy=spy, spy_dir=result_dir) as workers:
+            result = run_child("workers", result_dir, broker, n, workers.pids, number, options.max_load, options.load_wait,
+                               timeout)
+        result["logs"] = workers.summary()
+        result["profiles"] = getattr(workers, "profiles", {})
+        purge_broker(options.broker_url)
+        seconds = result["seconds"]
+        progress(f"  {count} worker(s), run {number}: "
+                 + (f"{seconds:.1f} s, {rate(n, seconds):,.0f} records/s" if seconds else f"TIMED OUT after {timeout:.0f} s")
+                 + f" (load {result['quiet']['load']:.2f}, waited {result['quiet']['waited']:.0f} s)")
+        return result
+
+    for round_number in range(options.worker_rounds):
+        for count in (1, 2) if round_number % 2 == 0 else (2, 1):
+            runs.append(one_run(count, len(runs) + 1))
+    in_process = []
+    n_profile = min(n, options.worker_profile_items)
+    for parallel in (False, True):
+        in_process.append(run_child("workers_in_process", result_dir, broker, n_profile, parallel,
+                                    options.top if options.profile else 0, len(in_process) + 1, options.max_load,
+                                    options.load_wait))
+        purge_broker(options.broker_url)
+    spied = []
+    if options.py_spy:
+        for count in (1, 2):
+            spied.append(one_run(count, len(runs) + len(spied) + 1, spy=options.py_spy))
+            for pid, path in spied[-1]["profiles"].items():
+                if not path.startswith("no profile"):
+                    spied[-1]["profiles"][pid] = spy_summary(path, max(options.top, 30))
+    return {"runs": runs, "in_process": in_process, "spied": spied, "items": n}
+
+
+def worker_line(result):
+    """One run: rate, time, load, phases, who did the parts, the checks."""
+    n = result["items"]
+    seconds = result["seconds"]
+    quiet = result["quiet"]
+    waited = f"waited {quiet['waited']:.0f} s (from {quiet['first_load']:.2f})" if quiet["waited"] >= 1 else "no wait"
+    head = (f"{result['workers']} worker{'s' if result['workers'] > 1 else ' '} #{result['run']:<2} "
+            + (f"{seconds:7.2f} s  {rate(n, seconds):>7,.0f} records/s" if seconds
+               else f"TIMED OUT, {result['written']:,} events")
+            + f"   load1 before {quiet['load']:.2f} ({waited}{'' if quiet['quiet'] else ', NOT below the limit'}), "
+              f"after {result['load_after']:.2f}")
+    marks = result["marks"]
+
+    def at(name):
+        return f"{marks[name]:.1f}" if name in marks else "-"
+
+    pids = result["pids"]
+    by_pid = {}
+    for pid in result["holders"].values():
+        by_pid[pid] = by_pid.get(pid, 0) + 1
+    logs = result["logs"]
+    parts = []
+    for number, pid in enumerate(pids, 1):
+        tasks = logs.get(pid, {}).get("tasks", [])
+        processed = [t for t in tasks if t[0] == "process_changes"]
+        shared = [t for t in tasks if t[0] == "share_job"]
+        taken = sum(int(t[3]) for t in shared if t[1] == "succeeded" and t[3].isdigit())
+        role = f"process_changes {processed[0][2]:.1f} s" if processed else "no process_changes"
+        parts.append(f"worker {number}: {by_pid.get(pid, 0)} parts seen done ({role}; {len(shared)} share_job tasks, "
+                     f"{taken} parts by them; CPU {result['cpu'].get(pid, 0):.1f} s)")
+    cpu = result["cpu"]
+    workers_cpu = sum(cpu.get(pid, 0) for pid in pids)
+    check = result["check"]
+    ok = (check["items_with_one"] == n and not check["items_without"] and not check["items_with_more"]
+          and not check["others"] and check["changes"] == {"updated": n} and not check["hash_mismatched"])
+    trouble = sum(logs.get(pid, {}).get("trouble_lines", 0) for pid in pids)
+    lines = [
+        "  " + head,
+        f"      phases (s after the commit): parts recorded {at('parts_recorded')}, first claimed {at('first_part_claimed')}, "
+        f"first prepared {at('first_prepared')}, parts done {at('parts_done')}, first event {at('first_event')}, "
+        f"all events {seconds and f'{seconds:.1f}' or '-'}, task settled {result['settled_seconds']:.1f}; "
+        f"{result['parts_seen']} parts, {result['prepared_max']:,} entries prepared at most",
+        f"      {'; '.join(parts)}",
+        f"      CPU in the run: workers {workers_cpu:.1f} s ({workers_cpu / n * 1000:.2f} ms a record: at most "
+        f"{rate(n, workers_cpu) * result['workers']:,.0f} records/s on {result['workers']} busy core(s)), this poller "
+        f"{cpu.get('self', 0):.1f} s, machine {cpu['machine']:.1f} s (of {os.cpu_count() * (seconds or 0):.1f} s on "
+        f"{os.cpu_count()} cores; the rest: PostgreSQL, Redis, anything else)",
+        f"      check: {check['events']:,} events {check['changes']}, {check['items_with_one']:,}/{n:,} items with exactly one, "
+        f"{check['items_without']} without, {check['items_with_more']} with more, {check['others']} of other objects; "
+        f"sha-256 of {check['hash_checked']} records = the view's bytes: "
+        f"{'yes' if not check['hash_mismatched'] else 'NO ' + str(check['hash_mismatched'])}; left: {result['left']}"
+        f"  -> {'OK' if ok else 'MISMATCH'}; worker log lines of trouble: {trouble}",
+    ]
+    for pid in pids:
+        for line in logs.get(pid, {}).get("trouble", [])[:5]:
+            lines.append(f"      worker {pids.index(pid) + 1}: {line[:300]}")
+    return "\n".join(lines)
+
+
+def report_workers(step):
+    n = step["items"]
+    runs = step["runs"]
+    first = (runs or step["spied"])[0]
+    print(f"6. Updated rendered records on Celery workers (PostgreSQL, Redis; 'metadata' set): "
+          f"Item.objects.update(title=...) of {n:,} items (not timed), then tracking.changed(model=Item, pks=...) "
+          f"committed (changed() {first['changed_seconds']:.2f} s, to the end of the commit {first['commit_seconds']:.2f} s; "
+          f"{first['dropped']:,} pending rows of the pages and bitstreams sources dropped before the commit); timed from "
+          f"the commit until the {n:,} events are in the database (polled every 100 ms). celery worker --pool=solo processes: "
+          f"the commit queues resourcesync.process_changes, whose worker has the objects described in parts "
+          f"(resourcesync.share_job) by every free worker, then writes the events")
+    for result in runs:
+        print(worker_line(result))
+    rates = {count: [rate(n, r["seconds"]) for r in runs if r["workers"] == count and r["seconds"]] for count in (1, 2)}
+    medians = {count: statistics.median(values) if values else float("nan") for count, values in rates.items()}
+    print(f"  median of {len(rates[1])} / {len(rates[2])} run(s): 1 worker {medians[1]:,.0f} records/s, "
+          f"2 workers {medians[2]:,.0f} records/s  ->  2 workers / 1 worker {medians[2] / medians[1]:.2f}x  "
+          f"(target: {TARGET_WORKER_RECORDS_PER_S:,} records/s with 2 workers)")
+    waited = [r for r in runs if r["quiet"]["waited"] >= 1]
+    noisy = [r for r in runs if not r["quiet"]["quiet"]]
+    print(f"  load: waited before {len(waited)} of {len(runs)} runs; {len(noisy)} run(s) started with the load still "
+          f">= the limit")
+    for result in step["in_process"]:
+        timed = result["timed"]
+        stats = timed["stats"]
+        label = "parallel=True (no worker: the parts done here)" if result["parallel"] else "parallel=False"
+        print(f"  in process, process_pending(['metadata'], {label}) of {result['items']:,} items: {timed['seconds']:.2f} s  "
+              f"{rate(timed['events'], timed['seconds']):,.0f} records/s ({timed['events']:,} events)"
+              + (f"; preparation {stats.get('prepare_in_parts seconds', 0):.2f} s" if result["parallel"] else "")
+              + f"; CPU {timed['cpu']['self'] / max(1, timed['events']) * 1000:.2f} ms a record here "
+                f"(machine {timed['cpu']['machine']:.1f} s)"
+              + f"; rendered while preparing {stats.get('prepare: rendered', 0):,}, "
+                f"while writing {stats.get('write: rendered', 0):,}; found prepared "
+                f"{stats.get('write: found prepared', 0):,} of {stats.get('write: asked for prepared', 0):,} asked; "
+                f"load1 before {timed['quiet']['load']:.2f}, waited {timed['quiet']['waited']:.0f} s")
+    for result in step["spied"]:
+        print(worker_line(result).replace(f"#{result['run']:<2}", f"#{result['run']:<2}(py-spy)", 1))
+        for number, pid in enumerate(result["pids"], 1):
+            summary = result["profiles"].get(pid)
+            if not isinstance(summary, dict):
+                print(f"      worker {number}: {summary}")
+                continue
+            print(f"      py-spy, worker {number} ({summary['samples']:,} samples in our tasks, idle included):")
+            print("        self:      " + "; ".join(f"{frame} {share:.1f}%" for frame, share in summary["self"][:12]))
+            print("        self by file: " + "; ".join(f"{frame} {share:.1f}%" for frame, share in summary["files"][:12]))
+            print("        inclusive: " + "; ".join(f"{frame} {share:.1f}%" for frame, share in summary["inclusive"][:30]))
+    for result in step["in_process"]:
+        profiled = result.get("profiled")
+        if profiled:
+            print()
+            print(f"cProfile: process_pending(['metadata'], parallel={result['parallel']}) of {result['items']:,} items in "
+                  f"process ({profiled['seconds']:.2f} s under the profiler)")
+            print(profiled["cumulative"])
+            print(profiled["tottime"])
+    return medians
+
+
+def print_worker_target(medians):
+    print(f"  6. >= {TARGET_WORKER_RECORDS_PER_S:,} updated rendered records/s, end to end, with 2 workers on PostgreSQL: "
+          f"{medians[2]:,.0f}/s  ({met(medians[2] >= TARGET_WORKER_RECORDS_PER_S)}); 1 worker {medians[1]:,.0f}/s")
+
+
+def report_workers_and_target(step):
+    medians = report_workers(step)
+    print()
+    print("Target (printed, not asserted):")
+    print_worker_target(medians)
+
+
 def run(options):
     n = options.items
     n_update = options.update if options.update is not None else min(50_000, n // 2)
     n_delete = options.delete if options.delete is not None else min(20_000, n // 5)
+    n_render = options.render if options.render is not None else min(10_000, n // 2)
+    # Step 6 runs last: in a full run, on the items the deletion of step 2 left.
+    n_workers = options.worker_items or min(50_000, n if options.workers_only else n - n_delete)
+    if options.workers_only and not options.database_url:
+        raise SystemExit("--workers-only needs --database-url: step 6 runs on PostgreSQL")
     var_dir = tempfile.mkdtemp(prefix="changes-bench-")
     result_dir = Path(var_dir) / "results"
     result_dir.mkdir()
@@ -655,7 +1373,23 @@ def run(options):
     try:
         progress(f"data in {var_dir}")
         seed = run_child("seed", result_dir, eager, n, options.file_size)
-        baseline = run_child("baseline", result_dir, eager)
+        # Step 6 alone needs the metadata set alone: the others would take minutes to baseline
+        # (every landing page rendered through the view), and their changes are not measured.
+        baseline = run_child("baseline", result_dir, eager, ["metadata"] if options.workers_only else None)
+        if options.render_only:
+            renders = run_renders(options, result_dir, broker, n_render)
+            print(header(seed, pgoptions))
+            report_seed(options, seed, baseline)
+            print()
+            report_renders(renders)
+            return
+        if options.workers_only:
+            workers = run_worker_steps(options, result_dir, broker, n_workers)
+            print(header(seed, pgoptions))
+            report_seed(options, seed, baseline)
+            print()
+            report_workers_and_target(workers)
+            return
         update = run_child("bulk_update", result_dir, broker, n_update)
         purge_broker(options.broker_url)
         serve_open = run_child("serve_open", result_dir, eager, options.reps)
@@ -670,27 +1404,14 @@ def run(options):
         saves_atomic = run_child("saves", result_dir, broker, options.saves, options.block, True)
         purge_broker(options.broker_url)
         saves_eager = run_child("saves", result_dir, eager, options.eager_saves, min(options.block, options.eager_saves), False)
+        renders = run_renders(options, result_dir, broker, n_render)
+        workers = run_worker_steps(options, result_dir, broker, n_workers) if database_url else None
         profile = run_child("profile", result_dir, broker, min(5_000, n_update), options.top) if options.profile else None
         purge_broker(options.broker_url)
 
         # ---- report ----
-        database = f"{seed['vendor']} {seed['db_version']}"
-        if seed["jit"] is not None:
-            database += f" (jit={seed['jit']}{', set by --pg-jit off' if pgoptions else ', the server setting'})"
-        print(
-            f"Change tracking benchmark, example project  (Python {platform.python_version()}, Django {seed['django']}, "
-            f"{database}, {os.cpu_count()} CPUs)"
-        )
-        print(
-            f"Seeded {seed['items']:,} items with {seed['files']:,} files of {options.file_size} bytes "
-            f"in {seed['seconds']:.1f} s "
-            f"(not timed). Each step in its own child process."
-        )
-        for slug, b in baseline.items():
-            print(
-                f"Baseline reconcile of '{slug}' (first reconcile: records silently, starts the log): "
-                f"{b['resources']:,} resources in {b['seconds']:.1f} s ({rate(b['resources'], b['seconds']):,.0f}/s)"
-            )
+        print(header(seed, pgoptions))
+        report_seed(options, seed, baseline)
 
         print()
         print("1. Item.save() cost, tracked vs untracked twin (same model, receivers disconnected); the title changes; "
@@ -757,6 +1478,15 @@ def run(options):
             report_serve(f"Change List Index ({close['lists']} lists)", serve_closed["index"])
 
         print()
+        report_renders(renders)
+
+        print()
+        if workers:
+            worker_medians = report_workers(workers)
+        else:
+            print("6. Updated rendered records on Celery workers: not run (it needs PostgreSQL: --database-url)")
+
+        print()
         print("Targets (printed, not asserted):")
         print(f"  1. tracked save <= {TARGET_SAVE_RATIO}x its untracked twin (broker, autocommit): {ratio:.2f}x  "
               f"({met(ratio <= TARGET_SAVE_RATIO)})")
@@ -769,6 +1499,8 @@ def run(options):
               f"({met(reconcile_worst < TARGET_RECONCILE_S)})")
         print(f"  4. {serve_open['list_entries']:,}-entry open Change List served < {TARGET_SERVE_S} s: "
               f"{open_seconds:.3f} s  ({met(open_seconds < TARGET_SERVE_S)})")
+        if workers:
+            print_worker_target(worker_medians)
 
         if profile:
             for name, title in (
@@ -798,6 +1530,23 @@ def main():
     parser.add_argument("--items", type=int, default=100_000, help="items seeded (default 100000)")
     parser.add_argument("--update", type=int, help="items updated in step 2 (default min(50000, items/2))")
     parser.add_argument("--delete", type=int, help="items deleted in step 2 (default min(20000, items/5))")
+    parser.add_argument("--render", type=int, help="items updated in step 5, per round (default min(10000, items/2))")
+    parser.add_argument("--render-rounds", type=int, default=2,
+                        help="rounds of step 5, each one with and one without the hook (default 2)")
+    parser.add_argument("--render-only", action="store_true", help="seed, baseline and step 5 alone")
+    parser.add_argument("--worker-items", type=int,
+                        help="items updated in each run of step 6 (default min(50000, the items left))")
+    parser.add_argument("--worker-rounds", type=int, default=3,
+                        help="rounds of step 6, each one run with 1 worker and one with 2 (default 3)")
+    parser.add_argument("--workers-only", action="store_true", help="seed, baseline and step 6 alone (PostgreSQL)")
+    parser.add_argument("--worker-profile-items", type=int, default=10_000,
+                        help="items of step 6's in-process comparison (default 10000)")
+    parser.add_argument("--max-load", type=float, default=0.5,
+                        help="step 6 waits for the 1-minute load average to fall below this before each run (default 0.5)")
+    parser.add_argument("--load-wait", type=float, default=600,
+                        help="seconds step 6 waits at most for that, per run (default 600)")
+    parser.add_argument("--py-spy", metavar="PATH",
+                        help="py-spy executable: step 6 adds one run with 1 worker and one with 2, each worker sampled")
     parser.add_argument("--fraction", type=float, default=0.01, help="fraction changed before the reconcile (default 0.01)")
     parser.add_argument("--file-size", type=int, default=64, help="bytes per file (default 64)")
     parser.add_argument("--saves", type=int, default=2000, help="saves per variant in step 1, broker (default 2000)")

@@ -1,0 +1,492 @@
+"""Benchmark: a whole ``resourcesync_rebuild`` of one set, as a user runs it, against ``resync``.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/rebuild.py                          # SQLite, sizes 100000,1000000
+    .venv/bin/python benchmarks/rebuild.py --sizes 20000            # a quick run
+    .venv/bin/python benchmarks/rebuild.py --database-url postgres://postgres:postgres@127.0.0.1:5432/bench_rebuild
+
+For each size N, in a fresh temporary ``EXAMPLE_VAR_DIR`` (and, with ``--database-url``, a
+PostgreSQL database dropped and created: give it a throwaway name), the script:
+
+1. seeds the example repository (not timed, its rate printed): ``seed_repository``'s
+   ``add_items(items, file_size=64, track=False)``, with the number of items that gives the
+   ``bitstreams`` set exactly N files (an item has one file, every third one two). The set is
+   the example's files, not its ``metadata`` records: the first record of a ``metadata`` set
+   renders the site's view once per item (about 1 ms each, some 20 minutes at 1M), where a
+   file only has its 64 bytes hashed. The set gets the capabilities ``resourcelist`` and
+   ``changelist`` and a first ``rebuild_set`` brings its record up to date and publishes a
+   first Resource List (not timed). ``add_items`` is called without tracking: the command
+   ``seed_repository`` tells change tracking of every item and file, and every set whose source
+   tracks them (``metadata`` and ``pages`` too) would then render each item's view;
+2. times ``manage.py resourcesync_rebuild --set bitstreams`` (``call_command`` in a child, the
+   command's own progress output captured) with nothing changed since: pending changes, the
+   reconcile, the Resource List rebuilt and published, the Change List closed if due, the
+   storage sweep. The time split of the rebuild comes from timers wrapped around the functions
+   the command calls (``tracking.process_pending``, ``tracking.reconcile`` and its parts, each
+   capability's ``update``, ``sweep.sweep``);
+3. changes 1% of the files (every 100th by key) with ``queryset.update(media_type=...,
+   modified=Now())``, which sends no signal (not timed), and times the command again: the
+   reconcile must find them; the change events it wrote are counted;
+4. times ``resync`` (the reference library) writing a Resource List of the same N entries from
+   memory: the set's ``Resource`` rows are read first (not timed, shown apart), then
+   ``resync.resource.Resource`` objects are made (uri, lastmod as a float timestamp, md5,
+   sha256, length, mime_type) and ``ResourceList(allow_multifile=True).write(basename=...)``
+   writes a sitemapindex and parts of 50,000 entries.
+
+Every step runs in its own child process (this script re-run with ``--child``), so each peak
+RSS (``ru_maxrss``) is that step's own. It prints per N our wall seconds, µs per resource and
+peak RSS, resync's, the ratio resync time / our time (target at least 3x), our peak RSS (target
+under 200 MB), then a linearity line (µs per resource at the largest N relative to the
+smallest). Nothing is asserted. ``--profile auto`` (the default) runs the rebuild twice more
+under cProfile at the largest N when the ratio there is below target (``always`` / ``never``):
+with nothing changed, then with another 1% of the files changed. ``--keep`` keeps the directory
+and database; ``--skip-resync`` skips step 4.
+"""
+
+import argparse
+import io
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import _steps
+from _steps import add_child_arguments, current_rss_kib, mib, peak_rss_kib, run_as_child
+
+SLUG = "bitstreams"
+CAPABILITIES = ["resourcelist", "changelist"]
+FILE_SIZE = 64
+CHANGED_EVERY = 100  # 1% of the files
+CHANGED_MEDIA_TYPE = "application/octet-stream"
+BASE_URL = "http://127.0.0.1:8000"  # the example's default RESOURCESYNC["BASE_URL"]
+
+TARGET_RATIO = 3.0
+TARGET_PEAK_MB = 200.0
+
+OURS = "resourcesync_rebuild"
+RESYNC = "resync"
+
+CHOICE = (
+    f"set '{SLUG}' (the example's files, {FILE_SIZE}-byte files): its first record hashes each file's bytes; "
+    "the 'metadata' set's first record would render the site's view per item (~1 ms each, ~20 min at 1M)"
+)
+
+
+def items_for(n):
+    """The fewest items whose files are at least ``n`` (item k has two files when k % 3 == 0)."""
+    items = max(0, (3 * n) // 4 - 2)
+    while items + items // 3 < n:
+        items += 1
+    return items
+
+
+# --------------------------------------------------------------------------------------------
+# Children: each runs one step in a fresh interpreter and writes a JSON result file.
+# ``cfg`` is {"var_dir", "database_url"}.
+
+
+def setup_django(cfg):
+    _steps.setup_django_example(cfg["var_dir"], cfg["database_url"])
+
+
+def child_seed(cfg, n):
+    """Migrate, add the items and files, bring the set's record up to date (none of it timed)."""
+    setup_django(cfg)
+    from django.core.management import call_command
+    from django.db import connection
+
+    from django_resourcesync.models import Resource, ResourceSet
+    from django_resourcesync.rebuild import rebuild_set
+    from example_project.repository.management.commands.seed_repository import add_items
+    from example_project.repository.models import ItemFile
+
+    call_command("migrate", verbosity=0, interactive=False)
+    items = items_for(n)
+    started = time.perf_counter()
+    add_items(items, file_size=FILE_SIZE, track=False)
+    seeded = time.perf_counter() - started
+
+    resource_set = ResourceSet.objects.get(slug=SLUG)
+    resource_set.capabilities = CAPABILITIES
+    resource_set.enabled = True
+    resource_set.save(update_fields=["capabilities", "enabled"])
+    started = time.perf_counter()
+    builds = rebuild_set(resource_set)  # the first record (every file hashed) and a first list
+    first = time.perf_counter() - started
+    vacuum = 0.0
+    if connection.vendor == "postgresql":
+        # What autovacuum does after a bulk load (statistics, visibility map), done now so that
+        # it does not run during a timed step.
+        started = time.perf_counter()
+        with connection.cursor() as cursor:
+            cursor.execute("VACUUM ANALYZE")
+        vacuum = time.perf_counter() - started
+    return {
+        "items": items,
+        "files": ItemFile.objects.count(),
+        "seed_seconds": seeded,
+        "first_seconds": first,
+        "vacuum_seconds": vacuum,
+        "resources": Resource.objects.filter(resource_set=resource_set).count(),
+        "first_builds": [[build.capability, build.status, build.entries] for build in builds],
+        "vendor": connection.vendor,
+    }
+
+
+def instrument():
+    """Wrap timers around what the command calls; returns ``{phase: seconds}``, filled as it runs.
+    Phases nested in another are named with a leading '  '."""
+    import importlib
+
+    from django.urls.resolvers import URLResolver
+
+    from django_resourcesync import sweep, tracking
+    from django_resourcesync.builders import changelist, resourcelist
+    from django_resourcesync.builders.context import BuildContext
+
+    reconciling = importlib.import_module("django_resourcesync.tracking.reconcile")
+    phases = {}
+
+    def timed(owner, name, label, generator=False):
+        original = getattr(owner, name)
+        phases[label] = 0.0
+        if generator:  # only the time spent inside the generator, not in its caller's loop
+            def wrapper(*args, **kwargs):
+                found = original(*args, **kwargs)
+                while True:
+                    started = time.perf_counter()
+                    try:
+                        item = next(found)
+                    except StopIteration:
+                        phases[label] += time.perf_counter() - started
+                        return
+                    phases[label] += time.perf_counter() - started
+                    yield item
+        else:
+            def wrapper(*args, **kwargs):
+                started = time.perf_counter()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    phases[label] += time.perf_counter() - started
+        setattr(owner, name, wrapper)
+
+    timed(tracking, "process_pending", "pending changes")
+    timed(tracking, "reconcile", "reconcile")
+    timed(reconciling, "_reconcile_in_database", "  fingerprints compared in the database, changed described")
+    timed(reconciling, "_describe_again", "    of which: changed objects described and written")
+    timed(reconciling, "_gone_keys", "  records whose object is gone (anti-join)", generator=True)
+    timed(resourcelist, "update", "resourcelist")
+    timed(resourcelist, "render_part", "  parts rendered and written")
+    timed(resourcelist, "finish", "  index written")
+    timed(BuildContext, "publish", "  published")
+    timed(changelist, "update", "changelist (close if due)")
+    timed(sweep, "sweep", "storage sweep")
+
+    # The site's URLconf (its views and their imports) is loaded by the first reverse(), inside
+    # whichever phase makes it: a cost a user pays once per ``manage.py`` run, shown apart.
+    label = "(inside the above) URLconf imported by the first reverse()"
+    phases[label] = 0.0
+    populate, depth = URLResolver._populate, [0]
+
+    def populate_timed(self):
+        depth[0] += 1
+        started = time.perf_counter()
+        try:
+            return populate(self)
+        finally:
+            depth[0] -= 1
+            if not depth[0]:
+                phases[label] += time.perf_counter() - started
+
+    URLResolver._populate = populate_timed
+    return phases
+
+
+def last_progress(text):
+    """The last progress line of each phase the command's progress bar showed."""
+    lines = {}
+    for line in text.replace("\r", "\n").split("\n"):
+        line = line.strip()
+        if line and not line.startswith(("Built", "storage")):
+            lines[line.split()[0]] = line
+    return list(lines.values())
+
+
+def child_rebuild(cfg, n):
+    """Time ``manage.py resourcesync_rebuild --set bitstreams`` as a user runs it."""
+    started = time.perf_counter()
+    setup_django(cfg)
+    from django.core.management import call_command
+
+    from django_resourcesync.models import Build, ChangeEvent, Resource
+
+    setup = time.perf_counter() - started
+    phases = instrument()
+    events = ChangeEvent.objects.filter(resource_set__slug=SLUG)
+    last_event = events.order_by("-id").values_list("id", flat=True).first() or 0
+    out, err = io.StringIO(), io.StringIO()
+    baseline = current_rss_kib()
+    started = time.perf_counter()
+    call_command("resourcesync_rebuild", "--set", SLUG, stdout=out, stderr=err)
+    seconds = time.perf_counter() - started
+    peak = peak_rss_kib()
+
+    new_events = list(events.filter(id__gt=last_event).values_list("change", flat=True))
+    build = Build.objects.filter(resource_set__slug=SLUG, capability="resourcelist").order_by("-pk").first()
+    return {
+        "seconds": seconds,
+        "setup_seconds": setup,
+        "baseline_kib": baseline,
+        "peak_kib": peak,
+        "phases": phases,
+        "events": len(new_events),
+        "event_kinds": {kind: new_events.count(kind) for kind in sorted(set(new_events))},
+        "resources": Resource.objects.filter(resource_set__slug=SLUG).count(),
+        "changed_in_record": Resource.objects.filter(resource_set__slug=SLUG, media_type=CHANGED_MEDIA_TYPE).count(),
+        "build": [build.pk, build.status, build.entries, build.documents] if build else None,
+        "stdout": out.getvalue().strip(),
+        "progress": last_progress(err.getvalue()),
+    }
+
+
+def child_change(cfg, every, offset=0):
+    """Change every ``every``-th file (from the ``offset``-th) through ``queryset.update()``: no
+    signal, no pending change."""
+    setup_django(cfg)
+    from django.db import transaction
+    from django.db.models.functions import Now
+
+    from example_project.repository.models import ItemFile
+
+    keys = list(ItemFile.objects.order_by("pk").values_list("pk", flat=True))[offset::every]
+    started = time.perf_counter()
+    updated = 0
+    with transaction.atomic():
+        for start in range(0, len(keys), 5000):
+            batch = keys[start : start + 5000]
+            updated += ItemFile.objects.filter(pk__in=batch).update(media_type=CHANGED_MEDIA_TYPE, modified=Now())
+    return {"changed": updated, "seconds": time.perf_counter() - started}
+
+
+def child_resync(cfg, n):
+    """Read the set's rows (not timed), then time resync making and writing the Resource List."""
+    setup_django(cfg)
+    from django_resourcesync.models import Resource
+
+    started = time.perf_counter()
+    rows = list(
+        Resource.objects.filter(resource_set__slug=SLUG)
+        .order_by("pk")
+        .values_list("uri", "lastmod", "md5", "sha256", "length", "media_type")
+    )
+    read = time.perf_counter() - started
+
+    from resync.mapper import Mapper
+    from resync.resource import Resource as ResyncResource
+    from resync.resource_list import ResourceList
+
+    out_dir = Path(cfg["var_dir"]) / "resync"
+    out_dir.mkdir(exist_ok=True)
+    basename = str(out_dir / "resourcelist.xml")
+    mapper = Mapper([f"{BASE_URL}/resourcesync/{SLUG}/={out_dir}/"])
+
+    baseline = current_rss_kib()
+    started = time.perf_counter()
+    resource_list = ResourceList(allow_multifile=True, mapper=mapper)
+    for uri, lastmod, md5, sha256, length, media_type in rows:
+        resource_list.add(
+            ResyncResource(
+                uri=uri, timestamp=lastmod.timestamp(), md5=md5, sha256=sha256, length=length, mime_type=media_type or None
+            )
+        )
+    made = time.perf_counter() - started
+    resource_list.write(basename=basename)
+    seconds = time.perf_counter() - started
+    peak = peak_rss_kib()
+    files = sorted(out_dir.glob("*.xml"))
+    return {
+        "seconds": seconds,
+        "make_seconds": made,
+        "write_seconds": seconds - made,
+        "read_seconds": read,
+        "baseline_kib": baseline,
+        "peak_kib": peak,
+        "entries": len(resource_list),
+        "parts": len(files) - 1,
+        "bytes": sum(path.stat().st_size for path in files),
+    }
+
+
+def child_profile(cfg, top):
+    """The rebuild once more, under cProfile."""
+    setup_django(cfg)
+    from django.core.management import call_command
+
+    return _steps.profiled(
+        call_command, "resourcesync_rebuild", "--set", SLUG, stdout=io.StringIO(), stderr=io.StringIO(), top=top
+    )
+
+
+CHILDREN = {
+    "seed": child_seed, "rebuild": child_rebuild, "change": child_change, "resync": child_resync, "profile": child_profile,
+}
+
+
+def run_child(role, var_dir, *args):
+    return _steps.run_child(__file__, role, var_dir, *args)
+
+
+# --------------------------------------------------------------------------------------------
+# Reporting
+
+
+def us(seconds, n):
+    return seconds / n * 1e6 if n else float("nan")
+
+
+def line(name, n, result, extra=""):
+    return (
+        f"  {name:<32} {result['seconds']:8.2f} s wall  {us(result['seconds'], n):7.2f} us/resource"
+        f"  peak RSS {mib(result['peak_kib']):7.1f} MB (baseline {mib(result['baseline_kib']):5.1f} MB){extra}"
+    )
+
+
+def print_split(result):
+    phases = result["phases"]
+    top_level = sum(seconds for label, seconds in phases.items() if not label.startswith((" ", "(")))
+    print(f"    time split of {result['seconds']:.2f} s:")
+    for label, seconds in phases.items():
+        if seconds >= 0.0005 or not label.startswith((" ", "(")):
+            print(f"      {label:<62} {seconds:8.3f} s  {100 * seconds / result['seconds']:5.1f} %")
+    other = result["seconds"] - top_level
+    print(f"      {'other (the command: sets, lock, left-out count, ...)':<62} {other:8.3f} s  "
+          f"{100 * other / result['seconds']:5.1f} %")
+
+
+def print_rebuild(label, n, result):
+    build = result["build"]
+    kinds = ", ".join(f"{count:,} {kind}" for kind, count in result["event_kinds"].items()) or "none"
+    print(line(label, n, result))
+    print(f"    change events written: {result['events']:,} ({kinds}); resourcelist build #{build[0]} {build[1]}, "
+          f"{build[2]:,} entries in {build[3]} file(s); Django setup before it {result['setup_seconds']:.2f} s"
+          " (not in the figure)")
+    print(f"    command said: {result['stdout']}")
+    for progress in result["progress"]:
+        print(f"    progress: {progress}")
+    print_split(result)
+
+
+def verdict(ok):
+    return "met" if ok else "NOT met"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,1000000", help="comma-separated N (default 100000,1000000)")
+    parser.add_argument("--database-url", help="a PostgreSQL database to drop, create and use (a throwaway name)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory and database")
+    parser.add_argument("--skip-resync", action="store_true", help="do not time resync")
+    parser.add_argument("--profile", choices=("auto", "always", "never"), default="auto",
+                        help="cProfile the rebuild, nothing changed and 1%% changed, at the largest N"
+                             " (auto: when the ratio is below target)")
+    parser.add_argument("--top", type=int, default=25, help="functions shown by the profile (default 25)")
+    add_child_arguments(parser, CHILDREN)
+    options = parser.parse_args()
+    if run_as_child(options, CHILDREN):
+        return
+    sizes = sorted({int(size.replace("_", "")) for size in options.sizes.split(",") if size.strip()})
+    database = "PostgreSQL" if options.database_url else "SQLite"
+    print(f"resourcesync_rebuild benchmark vs resync {resync_version()} (Python {sys.version.split()[0]}); {database}; "
+          f"sizes {', '.join(f'{n:,}' for n in sizes)}; each step in its own child process; MB = 2**20 bytes")
+    print(f"measured: {CHOICE}")
+    results = {}
+    for n in sizes:
+        var_dir = tempfile.mkdtemp(prefix=f"rebuild-bench-{n}-")
+        cfg = {"var_dir": var_dir, "database_url": options.database_url}
+        try:
+            if options.database_url:
+                _steps.recreate_database(options.database_url)
+            seed = run_child("seed", var_dir, cfg, n)
+            count = seed["resources"]
+            print()
+            print(f"N = {count:,} resources ({database})")
+            print(f"  seeded {seed['items']:,} items, {seed['files']:,} files in {seed['seed_seconds']:.1f} s "
+                  f"({seed['files'] / seed['seed_seconds']:,.0f} files/s); first record and list in "
+                  f"{seed['first_seconds']:.1f} s ({count / seed['first_seconds']:,.0f} resources/s)"
+                  + (f"; VACUUM ANALYZE {seed['vacuum_seconds']:.1f} s" if seed["vacuum_seconds"] else "")
+                  + f"; not timed{'; data in ' + var_dir if options.keep else ''}")
+            unchanged = run_child("rebuild", var_dir, cfg, count)
+            print_rebuild(f"{OURS}, nothing changed", count, unchanged)
+            change = run_child("change", var_dir, cfg, CHANGED_EVERY)
+            print(f"  changed {change['changed']:,} files ({100 / CHANGED_EVERY:.0f}%) with queryset.update() "
+                  f"in {change['seconds']:.2f} s (no signal; not timed)")
+            changed = run_child("rebuild", var_dir, cfg, count)
+            print_rebuild(f"{OURS}, 1% changed", count, changed)
+            if changed["changed_in_record"] != change["changed"]:
+                print(f"  MISMATCH: {changed['changed_in_record']:,} records carry the new media type, "
+                      f"{change['changed']:,} files were changed")
+            theirs = None
+            if not options.skip_resync:
+                theirs = run_child("resync", var_dir, cfg, count)
+                print(line(RESYNC, count, theirs,
+                           f"  (make objects {theirs['make_seconds']:.2f} s + write {theirs['write_seconds']:.2f} s;"
+                           f" rows read before, not timed: {theirs['read_seconds']:.2f} s)"))
+                print(f"    {theirs['entries']:,} entries, {theirs['parts']} part files,"
+                      f" {theirs['bytes'] / 2**20:.1f} MB written")
+            results[count] = (unchanged, changed, theirs)
+            peak = mib(max(unchanged["peak_kib"], changed["peak_kib"]))
+            print(f"  our peak RSS {peak:.1f} MB: target < {TARGET_PEAK_MB:.0f} MB {verdict(peak < TARGET_PEAK_MB)}")
+            ratio = None
+            if theirs:
+                ratio = theirs["seconds"] / unchanged["seconds"]
+                ratio_changed = theirs["seconds"] / changed["seconds"]
+                print(f"  ratio resync time / our time: {ratio:.2f}x nothing changed, {ratio_changed:.2f}x with 1% changed;"
+                      f" target >= {TARGET_RATIO:.0f}x {verdict(ratio >= TARGET_RATIO)}"
+                      f" / {verdict(ratio_changed >= TARGET_RATIO)}")
+            wanted = options.profile == "always" or (
+                options.profile == "auto" and ratio is not None and ratio < TARGET_RATIO
+            )
+            if n == max(sizes) and wanted:
+                for label in ("nothing changed", "1% changed"):
+                    if label != "nothing changed":  # another 1% of the files (the next key of each hundred)
+                        run_child("change", var_dir, cfg, CHANGED_EVERY, 1)
+                    report = run_child("profile", var_dir, cfg, options.top)
+                    print()
+                    print(f"cProfile of a rebuild with {label} at N = {count:,} ({report['seconds']:.2f} s under the profiler)")
+                    print(f"--- top {options.top} by cumulative time ---")
+                    print(report["cumulative"])
+                    print(f"--- top {options.top} by internal time (tottime) ---")
+                    print(report["tottime"])
+        finally:
+            if not options.keep:
+                shutil.rmtree(var_dir, ignore_errors=True)
+                if options.database_url:
+                    _steps.recreate_database(options.database_url, create=False)
+
+    if len(results) > 1:
+        smallest, largest = min(results), max(results)
+        print()
+        print(f"Linearity: us/resource at N = {largest:,} relative to N = {smallest:,} (1.00 = linear in N; target near 1.0)")
+        names = (f"{OURS}, nothing changed", f"{OURS}, 1% changed", RESYNC)
+        for index, name in enumerate(names):
+            if results[smallest][index] is None:
+                continue
+            low = us(results[smallest][index]["seconds"], smallest)
+            high = us(results[largest][index]["seconds"], largest)
+            print(f"  {name:<32} {low:7.2f} -> {high:7.2f} us/resource  ({high / low:.2f}x)")
+
+
+def resync_version():
+    try:
+        from importlib.metadata import version
+
+        return version("resync")
+    except Exception:
+        return "?"
+
+
+if __name__ == "__main__":
+    main()
