@@ -83,7 +83,9 @@ measures:
    comparison, in process (no worker): ``process_pending(["metadata"], parallel=False)`` and
    ``parallel=True`` (the parts offered on the broker, where nothing takes them, and done by
    the job's own process, as a lone worker does) on ``--worker-profile-items`` items (10,000),
-   with how many objects the writing found prepared; under cProfile too with ``--profile``.
+   with how many objects the writing found prepared; under cProfile too with ``--profile``
+   (``--worker-profile-items 0`` leaves it out). ``--analyze-pending``, a diagnostic, runs
+   ``ANALYZE`` on the pending changes' table before each commit.
    ``--py-spy PATH`` adds a run with 1 worker and one with 2, each worker sampled by py-spy,
    and prints where its time goes. ``--workers-only`` runs seed, a baseline of the ``metadata``
    set alone (the other sets disabled) and this step.
@@ -653,13 +655,15 @@ def wait_for_quiet(max_load, max_wait):
     return {"load": load, "first_load": first, "waited": time.monotonic() - started, "quiet": load < max_load}
 
 
-def record_metadata_changes(pks):
+def record_metadata_changes(pks, analyze=False):
     """``tracking.changed(model=Item, pks=pks)`` in a transaction that commits: the commit hands
     the ``resourcesync.process_changes`` task to the outbox's dispatcher thread, which queues
     it. Only the ``metadata`` source's pending changes are measured: those the ``pages`` and
-    ``bitstreams`` sources got for the same items are deleted before the commit. Returns
-    ``(recorded, dropped, changed() seconds, seconds to the end of the commit)``."""
-    from django.db import transaction
+    ``bitstreams`` sources got for the same items are deleted before the commit. With
+    ``analyze`` (a diagnostic), the pending changes' table is analyzed before the commit, so that
+    the planner knows how many rows it holds. Returns ``(recorded, dropped, changed() seconds,
+    seconds to the end of the commit)``."""
+    from django.db import connection, transaction
 
     from django_resourcesync import tracking
     from django_resourcesync.models import PendingChange
@@ -670,6 +674,9 @@ def record_metadata_changes(pks):
         recorded = tracking.changed(model=Item, pks=pks)
         changed_seconds = time.perf_counter() - started
         dropped = PendingChange.objects.exclude(source="metadata").delete()[0]
+        if analyze:
+            with connection.cursor() as cursor:
+                cursor.execute(f"ANALYZE {PendingChange._meta.db_table}")
     return recorded, dropped, changed_seconds, time.perf_counter() - started
 
 
@@ -741,7 +748,7 @@ def cpu_seconds(pids):
     return found
 
 
-def child_workers(cfg, n, pids, run_number, max_load, max_wait, timeout):
+def child_workers(cfg, n, pids, run_number, max_load, max_wait, timeout, analyze=False):
     """Step 6, one run: the titles of n items by ``queryset.update()`` (not timed), then, once
     the load is low, ``tracking.changed(model=Item, pks=...)`` committed; timed from the end of
     the commit until the ``metadata`` set has an event for each of the n items, the workers
@@ -764,7 +771,7 @@ def child_workers(cfg, n, pids, run_number, max_load, max_wait, timeout):
     events = ChangeEvent.objects.filter(resource_set=metadata, id__gt=after)
     prepared_rows = PreparedEntry.objects.filter(resource_set=metadata)
     parts_rows = SharedPart.objects.filter(resource_set=metadata)
-    recorded, dropped, changed_seconds, commit_seconds = record_metadata_changes(pks)
+    recorded, dropped, changed_seconds, commit_seconds = record_metadata_changes(pks, analyze)
     committed = time.perf_counter()
     cpu_before = cpu_seconds(pids)
 
@@ -1185,7 +1192,7 @@ def run_worker_steps(options, result_dir, broker, n):
     def one_run(count, number, spy=None):
         with logged_workers(broker, count, spy=spy, spy_dir=result_dir) as workers:
             result = run_child("workers", result_dir, broker, n, workers.pids, number, options.max_load, options.load_wait,
-                               timeout)
+                               timeout, options.analyze_pending)
         result["logs"] = workers.summary()
         result["profiles"] = getattr(workers, "profiles", {})
         purge_broker(options.broker_url)
@@ -1200,7 +1207,7 @@ def run_worker_steps(options, result_dir, broker, n):
             runs.append(one_run(count, len(runs) + 1))
     in_process = []
     n_profile = min(n, options.worker_profile_items)
-    for parallel in (False, True):
+    for parallel in (False, True) if n_profile else ():
         in_process.append(run_child("workers_in_process", result_dir, broker, n_profile, parallel,
                                     options.top if options.profile else 0, len(in_process) + 1, options.max_load,
                                     options.load_wait))
@@ -1212,7 +1219,7 @@ def run_worker_steps(options, result_dir, broker, n):
             for pid, path in spied[-1]["profiles"].items():
                 if not path.startswith("no profile"):
                     spied[-1]["profiles"][pid] = spy_summary(path, max(options.top, 30))
-    return {"runs": runs, "in_process": in_process, "spied": spied, "items": n}
+    return {"runs": runs, "in_process": in_process, "spied": spied, "items": n, "analyze": options.analyze_pending}
 
 
 def worker_line(result):
@@ -1284,7 +1291,8 @@ def report_workers(step):
           f"{first['dropped']:,} pending rows of the pages and bitstreams sources dropped before the commit); timed from "
           f"the commit until the {n:,} events are in the database (polled every 100 ms). celery worker --pool=solo processes: "
           f"the commit queues resourcesync.process_changes, whose worker has the objects described in parts "
-          f"(resourcesync.share_job) by every free worker, then writes the events")
+          f"(resourcesync.share_job) by every free worker, then writes the events"
+          + ("; ANALYZE of the pending changes' table before the commit (--analyze-pending)" if step["analyze"] else ""))
     for result in runs:
         print(worker_line(result))
     rates = {count: [rate(n, r["seconds"]) for r in runs if r["workers"] == count and r["seconds"]] for count in (1, 2)}
@@ -1545,6 +1553,9 @@ def main():
                         help="step 6 waits for the 1-minute load average to fall below this before each run (default 0.5)")
     parser.add_argument("--load-wait", type=float, default=600,
                         help="seconds step 6 waits at most for that, per run (default 600)")
+    parser.add_argument("--analyze-pending", action="store_true",
+                        help="step 6: ANALYZE the pending changes' table before each commit (a diagnostic: the "
+                             "planner then knows its size)")
     parser.add_argument("--py-spy", metavar="PATH",
                         help="py-spy executable: step 6 adds one run with 1 worker and one with 2, each worker sampled")
     parser.add_argument("--fraction", type=float, default=0.01, help="fraction changed before the reconcile (default 0.01)")

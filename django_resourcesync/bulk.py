@@ -11,6 +11,7 @@ import json
 
 from django.core.exceptions import FieldDoesNotExist
 from django.db import connections, models
+from django.db.models import F, Lookup
 from django.db.models.expressions import RawSQL
 
 #: Rows per INSERT statement at most (fewer where the database limits parameters).
@@ -88,7 +89,12 @@ def filter_in(queryset, name, values):
     """``queryset.filter(<name>__in=values)`` for thousands of values, which the ORM prepares
     one at a time: the values go as one parameter instead (an array on PostgreSQL, a JSON array
     on SQLite). ``name`` is a field of the queryset's model (``"pk"`` too) or a foreign key of
-    it; lookups across relations, other fields and other databases take the ORM's way."""
+    it; lookups across relations, other fields and other databases take the ORM's way.
+
+    On PostgreSQL the test is ``column = ANY(array)``, not ``column IN (SELECT unnest(array))``:
+    the planner knows an array's length, not a subquery's, and on a table it has not analyzed
+    since thousands of rows came in (the pending changes, just after a bulk ``changed()``) the
+    subquery's form made it compare every row with every value (seconds for each batch)."""
     values = [value for value in values if value is not None]  # as the ORM's __in does
     try:
         field = queryset.model._meta.pk if name == "pk" else queryset.model._meta.get_field(name)
@@ -110,7 +116,21 @@ def filter_in(queryset, name, values):
     if prepared is None or vendor not in ("postgresql", "sqlite"):
         return queryset.filter(**{f"{name}__in": values})
     if vendor == "postgresql":
-        source = RawSQL(f"SELECT unnest(%s::{array_type}[])", [prepared])
-    else:
-        source = RawSQL("SELECT value FROM json_each(%s)", [json.dumps(prepared)])
+        return queryset.filter(_EqualsAny(F(name), (prepared, array_type)))
+    source = RawSQL("SELECT value FROM json_each(%s)", [json.dumps(prepared)])
     return queryset.filter(**{f"{name}__in": source})
+
+
+class _EqualsAny(Lookup):
+    """``column = ANY(%s::<type>[])`` on PostgreSQL, the right-hand side ``(values, type)``."""
+
+    lookup_name = "resourcesync_equals_any"
+    prepare_rhs = False
+
+    def get_prep_lookup(self):
+        return self.rhs
+
+    def as_sql(self, compiler, connection):
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        values, array_type = self.rhs
+        return f"{lhs} = ANY(%s::{array_type}[])", (*lhs_params, values)

@@ -506,6 +506,29 @@ def test_filter_in_passes_many_and_odd_values_as_one_parameter(tracked):
     assert files.count() == ItemFile.objects.count()  # across a relation: the ORM's way
 
 
+@pytest.mark.django_db
+def test_filter_in_is_no_join_the_planner_can_misjudge_on_postgresql():
+    """Just after a bulk changed() the pending changes' table holds thousands of rows the
+    planner has never counted: a long key list must be a plain test of each row (an array the
+    planner knows the length of), not a join with a subquery it guesses holds one row, which
+    made it compare every row with every key (seconds a batch)."""
+    from django.db import connection
+
+    from django_resourcesync import bulk
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the planner's choice is PostgreSQL's")
+    PendingChange.objects.bulk_create(PendingChange(source="metadata", object_pk=str(n)) for n in range(5000))
+    keys = [str(n) for n in range(0, 5000, 2)]
+    queryset = bulk.filter_in(PendingChange.objects.all(), "object_pk", keys)
+    sql, params = queryset.values_list("pk").query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Join" not in plan and "Nested Loop" not in plan, plan
+    assert queryset.count() == len(keys)
+
+
 def test_reconcile_drops_records_whose_key_is_no_integer_of_an_object(tracked, committing):
     """Records left by an earlier source of the set, with keys that are not str() of an
     integer key, are gone: never cast to a key they are not (on SQLite "12abc" would be 12)."""
