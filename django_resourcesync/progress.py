@@ -26,8 +26,9 @@ class ProgressBar:
         self._shown = now
         elapsed = max(now - self._started, 1e-9)
         rate = done / elapsed if elapsed > 0.1 else 0
-        def amount(value):
-            return f"{value / 2**20:,.1f} MB" if unit == "B" else f"{value}"
+
+        def amount(value):  # counts (and rates of them) whole, with thousands separated
+            return f"{value / 2**20:,.1f} MB" if unit == "B" else f"{value:,.0f}"
 
         if total:
             filled = int(self.width * min(done / total, 1))

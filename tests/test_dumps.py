@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import types
 import zipfile
 
 import pytest
@@ -371,3 +372,19 @@ def test_the_progress_of_a_dump_in_packages_counts_bytes_and_files(seed, dumping
     bar.end()
     assert "resourcedump   [##############################] 0.0 MB/0.0 MB" in bar.stream.getvalue()
     assert "(8 files)" in bar.stream.getvalue()
+
+
+def test_the_progress_bar_shows_counts_and_rates_whole(monkeypatch):
+    """A rate is a count a second: shown whole with thousands separated, never as a raw float."""
+    from django_resourcesync import progress
+
+    clock = iter([100.0, 102.5, 105.0])
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))
+    bar = progress.ProgressBar(stream=io.StringIO(), interval=0)
+    bar("reconcile", 0, 1_000_000)
+    bar("reconcile", 250_000, 1_000_000)
+    bar("reconcile", 1_000_000, 1_000_000)
+    bar.end()
+    shown = bar.stream.getvalue()
+    assert "250,000/1,000,000 100,000/s ETA 8s" in shown
+    assert "1,000,000/1,000,000 200,000/s" in shown

@@ -85,8 +85,9 @@ def _entries(rows, batch_size, resource_set):
 
 def _render_single(context, rows, total, progress, batch_size):
     writer = DocumentWriter()
+    limits = app_settings.MAX_ENTRIES_PER_DOCUMENT, app_settings.MAX_DOCUMENT_BYTES  # read once, not per entry
     for entry in _entries(rows, batch_size, context.resource_set):
-        if not writer.fits(len(entry), app_settings.MAX_ENTRIES_PER_DOCUMENT, app_settings.MAX_DOCUMENT_BYTES):
+        if not writer.fits(len(entry), *limits):
             writer.discard()
             raise _Overflow
         writer.add(entry)
@@ -114,8 +115,9 @@ def render_part(context, part, *, progress=None, batch_size):
         md, links = _head(build, completed, in_index=True)
         context.write(name, writer, md=md, links=links, at=build.at, completed=completed, replace=True)
 
+    limits = app_settings.MAX_ENTRIES_PER_DOCUMENT, app_settings.MAX_DOCUMENT_BYTES  # read once, not per entry
     for entry in _entries(rows, batch_size, context.resource_set):
-        if not writer.fits(len(entry), app_settings.MAX_ENTRIES_PER_DOCUMENT, app_settings.MAX_DOCUMENT_BYTES):
+        if not writer.fits(len(entry), *limits):
             finish_document()
             written += 1
             writer = DocumentWriter()
