@@ -2,6 +2,7 @@
 
 import datetime
 import hashlib
+import importlib
 
 import pytest
 from django.core.management import call_command
@@ -542,6 +543,37 @@ def test_reconcile_drops_records_whose_key_is_no_integer_of_an_object(tracked, c
     assert not Resource.objects.filter(resource_set=metadata, object_pk__in=odd).exists()
     assert Resource.objects.filter(resource_set=metadata, object_pk=str(pk)).exists()
     assert {loc for c, loc, _ in changes(metadata) if c == "deleted"} == {f"http://testserver/old/{n}" for n in range(len(odd))}
+
+
+def test_reconcile_drops_records_whose_key_reads_as_an_integer_but_is_not_the_objects(tracked, committing, monkeypatch):
+    """Keys that every database would cast to an object's key ("007", "+7", " 7") are not that
+    object's: str() of its key is. Where every key casts (PostgreSQL's quicker search for gone
+    records), they are found gone all the same, as is a key of no object."""
+    from django.db import connection
+
+    reconcile = importlib.import_module("django_resourcesync.tracking.reconcile")
+    metadata = tracked[1]
+    pk = Item.objects.order_by("pk").first().pk
+    odd = [f"00{pk}", f"+{pk}", f" {pk}", "987654321"]
+    for n, key in enumerate(odd):
+        Resource.objects.create(resource_set=metadata, object_pk=key, uri=f"http://testserver/odd/{n}", entry_xml="<url/>")
+    searched = []
+    original = reconcile._gone_integer_keys_postgresql
+
+    def spied(*args):
+        searched.append(original(*args))
+        return searched[-1]
+
+    monkeypatch.setattr(reconcile, "_gone_integer_keys_postgresql", spied)
+    with committing():
+        call_command("resourcesync_reconcile", verbosity=0)
+    assert not Resource.objects.filter(resource_set=metadata, object_pk__in=odd).exists()
+    assert Resource.objects.filter(resource_set=metadata, object_pk=str(pk)).exists()
+    assert {loc for c, loc, _ in changes(metadata) if c == "deleted"} == {f"http://testserver/odd/{n}" for n in range(len(odd))}
+    if connection.vendor == "postgresql":  # the quick search found them, no fallback
+        assert searched
+        assert all(found is not None for found in searched)
+        assert set(odd) <= {key for found in searched for key in found}
 
 
 def test_a_change_committed_after_the_objects_were_read_is_not_hidden(tracked, committing, monkeypatch):
