@@ -91,7 +91,10 @@ def setup_django(cfg):
 
 
 def child_seed(cfg, items):
-    """Migrate, add the items and their files, rebuild both sets once (the baseline)."""
+    """Migrate, add the items and their files, rebuild both sets once (the baseline); on
+    PostgreSQL then ``VACUUM ANALYZE``, as autovacuum would after such a load (without it the
+    planner, which has never counted the tables, reads the records' wide rows by a bitmap scan:
+    the comparison took 1.15 s instead of 0.30 s at 100,000)."""
     setup_django(cfg)
     from django.core.management import call_command
 
@@ -105,6 +108,11 @@ def child_seed(cfg, items):
     seeded = time.perf_counter() - started
     for slug in SETS:
         rebuild_set(ResourceSet.objects.get(slug=slug))
+    from django.db import connection
+
+    if connection.vendor == "postgresql":  # what autovacuum does within a minute of such a load
+        with connection.cursor() as cursor:
+            cursor.execute("VACUUM ANALYZE")
     return {
         "seed_seconds": seeded,
         "baseline_seconds": time.perf_counter() - started - seeded,
