@@ -8,17 +8,19 @@ from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.defaultfilters import filesizeformat
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import escape, format_html, format_html_join
 from django.utils.timesince import timesince
 from django.utils.translation import gettext_lazy as _
 
-from . import capabilities, charts, overview, uris, versions
+from . import access, capabilities, charts, overview, uris, versions
 from .builders import changedump
 from .capabilities import CAPABILITY_CHOICES
 from .exceptions import NotRegistered
 from .models import (
+    AccessToken,
     Build,
     BuildPart,
     ChangeDumpPackage,
@@ -59,11 +61,19 @@ class ResourceSetForm(forms.ModelForm):
 
     class Meta:
         model = ResourceSet
-        fields = ["name", "slug", "source", "lookups", "describedby", "capabilities", "prior_versions", "enabled", "position"]
+        fields = [
+            "name", "slug", "source", "lookups", "describedby", "capabilities", "prior_versions", "access", "enabled", "position",
+        ]
+
+    def clean_access(self):
+        return self.cleaned_data.get("access") or "public"
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["source"].choices = [(name, name) for name in registry.names()]
+        if "access" in self.fields:
+            self.fields["access"].required = False  # left out (a form or script of before): public
+
         # Help texts are HTML in the admin: written here so that none of their text is taken for a
         # tag. (A manager who may only view sets gets a form without these fields.)
         if "slug" in self.fields:
@@ -205,7 +215,9 @@ class ResourceSetAdmin(admin.ModelAdmin):
         )
 
     def get_fieldsets(self, request, obj=None):
-        fields = ["name", "slug", "source", "lookups", "describedby", "capabilities", "prior_versions", "enabled", "position"]
+        fields = [
+            "name", "slug", "source", "lookups", "describedby", "capabilities", "prior_versions", "access", "enabled", "position",
+        ]
         if obj is None:
             return [(None, {"fields": fields})]
         return [(_("What it publishes"), {"fields": ["overview"]}), (_("Settings"), {"fields": fields})]
@@ -641,3 +653,69 @@ class DeliveryAdmin(ReadOnlyAdmin):
     search_fields = ["target"]
     list_select_related = ["notification__resource_set"]
     show_full_result_count = False
+
+
+class AccessTokenForm(forms.ModelForm):
+    class Meta:
+        model = AccessToken
+        fields = ["name", "sets", "expires"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "sets" in self.fields:
+            self.fields["sets"].queryset = ResourceSet.objects.filter(access=access.TOKEN)
+            self.fields["sets"].help_text = _("The sets for partners with a token that it opens.")
+
+
+@admin.register(AccessToken)
+class AccessTokenAdmin(admin.ModelAdmin):
+    """Tokens issued to Destinations (partners) for the restricted sets. Issuing one shows the
+    token once; only its digest is kept. Revoking takes effect at once."""
+
+    form = AccessTokenForm
+    list_display = ["name", "prefix", "set_slugs", "state", "expires", "last_used", "created"]
+    list_filter = ["sets"]
+    search_fields = ["name", "prefix"]
+    readonly_fields = ["prefix", "created", "revoked", "last_used", "state"]
+    actions = ["revoke"]
+
+    def get_fields(self, request, obj=None):
+        return ["name", "sets", "expires"] if obj is None else ["name", "prefix", "sets", "expires", "state", "created",
+                                                               "revoked", "last_used"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("sets")
+
+    @admin.display(description=_("sets"))
+    def set_slugs(self, obj):
+        return ", ".join(s.slug for s in obj.sets.all())
+
+    @admin.display(description=_("state"))
+    def state(self, obj):
+        return obj.state()
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            # A new token: made here, kept as its digest; the page after this shows it once.
+            token, kept = access.new_token()
+            obj.digest, obj.prefix = kept["digest"], kept["prefix"]
+            request._resourcesync_issued = token
+        super().save_model(request, obj, form, change)
+
+    def response_add(self, request, obj, post_url_continue=None):
+        token = getattr(request, "_resourcesync_issued", None)
+        if token is None:
+            return super().response_add(request, obj, post_url_continue)
+        access.logger.info("Token %s… issued to %s in the admin by %s", obj.prefix, obj.name, request.user)
+        context = {
+            **self.admin_site.each_context(request), "opts": self.opts, "record": obj, "token": token,
+            "sets": ", ".join(s.slug for s in obj.sets.all()) or "-",
+        }
+        response = TemplateResponse(request, "admin/resourcesync/accesstoken/issued.html", context)
+        response["Cache-Control"] = "no-store"
+        return response
+
+    @admin.action(description=_("Revoke the selected tokens"), permissions=["change"])
+    def revoke(self, request, queryset):
+        count = access.revoke(queryset)
+        self.message_user(request, _("%(count)d token(s) revoked.") % {"count": count}, messages.SUCCESS)

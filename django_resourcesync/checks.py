@@ -125,14 +125,15 @@ def check_settings(app_configs=None, **kwargs):
                     id="resourcesync.E009",
                 )
             )
-    if not isinstance(app_settings.BACKGROUND_DISPATCH, bool):
-        errors.append(
-            Error(
-                f"RESOURCESYNC['BACKGROUND_DISPATCH'] = {app_settings.BACKGROUND_DISPATCH!r} is not True or False.",
-                hint="Default: True.",
-                id="resourcesync.E018",
-            )
-        )
+    for key, hint, code in (
+        ("BACKGROUND_DISPATCH", "Default: True.", "E018"),
+        ("LIST_TOKEN_SETS", "Default: False (the public Source Description does not name the sets for partners with a token).",
+         "E028"),
+    ):
+        value = getattr(app_settings, key)
+        if not isinstance(value, bool):
+            errors.append(Error(f"RESOURCESYNC['{key}'] = {value!r} is not True or False.", hint=hint,
+                                id=f"resourcesync.{code}"))
     period = app_settings.CHANGELIST_PERIOD
     if not (
         period in ("hourly", "daily", "weekly") or (isinstance(period, int) and not isinstance(period, bool) and period >= 1)
@@ -265,6 +266,8 @@ def check_sets(app_configs=None, databases=None, **kwargs):
                     id="resourcesync.W009",
                 )
             )
+        if not resource_set.is_public:
+            errors += _token_set_errors(resource_set)
         if resource_set.base_url and app_settings.BASE_URL and resource_set.base_url != app_settings.BASE_URL:
             errors.append(
                 Warning(
@@ -276,6 +279,30 @@ def check_sets(app_configs=None, databases=None, **kwargs):
                     id="resourcesync.W006",
                 )
             )
+    return errors
+
+
+def _token_set_errors(resource_set):
+    """W014 and W015: what would let a set for partners be read without a token."""
+    errors = []
+    if app_settings.SERVE_BY_REDIRECT:
+        errors.append(Warning(
+            f"Resource set {resource_set.slug!r} is for partners with a token, but SERVE_BY_REDIRECT sends its stored "
+            "documents and dumps to the storage's URLs, which check no token: whoever learns such a URL reads them.",
+            hint="Turn SERVE_BY_REDIRECT off (the app then streams them after checking the token), or make sure the "
+            "storage's URLs are signed and short-lived (S3: querystring_auth with a short querystring_expire).",
+            obj=resource_set, id="resourcesync.W014",
+        ))
+    if app_settings.HUB_URL and any(capabilities.get(name).channel for name in resource_set.capabilities or []
+                                    if name in capabilities.BY_NAME):
+        errors.append(Warning(
+            f"Resource set {resource_set.slug!r} is for partners with a token and offers notifications, but they go "
+            f"through the external hub {app_settings.HUB_URL}, which would hand them to anyone: none of the set's "
+            "notifications is sent.",
+            hint="Use the built-in hub (RESOURCESYNC['HUB_URL'] = None), which takes subscriptions to a restricted "
+            "set's channels with a token only, or take the notification capabilities off the set.",
+            obj=resource_set, id="resourcesync.W015",
+        ))
     return errors
 
 

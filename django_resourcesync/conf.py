@@ -112,6 +112,10 @@ DEFAULTS = {
     # The REST API (/resourcesync/api/): requests an anonymous client may make, per IP address,
     # as DRF writes rates ("300/minute"); None: no limit.
     "API_ANON_RATE": "300/minute",
+    # Whether the public Source Description lists the sets for partners with a token too (their
+    # Capability List URIs only; reading them still takes a token). False: they are not named
+    # anywhere the public reads.
+    "LIST_TOKEN_SETS": False,
     # Modules (import strings) that register resource sources, besides the autodiscovered
     # ``resourcesync`` module of every installed app.
     "SOURCE_MODULES": [],

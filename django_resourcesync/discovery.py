@@ -10,6 +10,9 @@ robots.txt, finds the Source's Capability Lists.
   context processor give the same links to HTML pages (``<link rel="resourcesync">``).
 - :func:`robots_txt` serves a robots.txt with one ``Sitemap:`` line per published Resource List
   (section 6.3.4); :func:`robots_lines` gives the lines to a site that writes its own.
+
+Only the sets anyone may read are named: a set for partners with a token never is (see
+:mod:`.access`).
 """
 
 import contextlib
@@ -23,7 +26,7 @@ from django.http import HttpResponse
 from django.urls import NoReverseMatch, get_script_prefix, get_urlconf
 from django.views.decorators.http import require_safe
 
-from . import capabilities, uris
+from . import access, capabilities, uris
 from .capabilities import CHANGELIST
 from .conf import app_settings
 from .exceptions import NotRegistered, UnpublishableResource
@@ -69,6 +72,7 @@ def _lookup_sql(connection):
         f"FROM {quote(resource.db_table)} r "
         f"JOIN {quote(resource_set.db_table)} s ON s.{set_id} = r.{column(resource, 'resource_set')} "
         f"WHERE r.{column(resource, 'uri')} = %s AND s.{column(resource_set, 'enabled')} = %s "
+        f"AND s.{column(resource_set, 'access')} <> %s "
         f"ORDER BY s.{column(resource_set, 'position')}, s.{column(resource_set, 'slug')}"
     )
 
@@ -101,7 +105,7 @@ def capability_lists_for(uri):
     if sql is None:
         sql = _statements[connection.alias] = _lookup_sql(connection)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [Build.Status.PUBLISHED, uri, True])
+        cursor.execute(sql, [Build.Status.PUBLISHED, uri, True, access.TOKEN])
         slugs = [slug for slug, offered, built, logged in cursor.fetchall() if _publishes(offered, built, logged)]
     return [_capability_list_uri(slug, app_settings.BASE_URL, get_urlconf(), get_script_prefix()) for slug in slugs]
 
@@ -133,7 +137,7 @@ def capability_lists_of_object(request, obj):
         return []
     concrete = type(obj)._meta.concrete_model
     found = []
-    for resource_set in ResourceSet.objects.filter(enabled=True).exclude(capabilities=[]):
+    for resource_set in ResourceSet.objects.public().exclude(capabilities=[]):
         try:
             with _savepoint():
                 source = resource_set.get_source()
@@ -222,7 +226,7 @@ def resource_lists():
         .values_list("resource_set_id", flat=True)
     )
     found = []
-    for resource_set in ResourceSet.objects.filter(pk__in=published).order_by("position", "pk"):
+    for resource_set in ResourceSet.objects.public().filter(pk__in=published).order_by("position", "pk"):
         if resource_set.has_capability(capabilities.RESOURCELIST):
             try:
                 found.append(uris.document_uri(resource_set, capabilities.get(capabilities.RESOURCELIST).document))

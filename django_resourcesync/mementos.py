@@ -31,7 +31,7 @@ from django.utils.cache import get_conditional_response
 from django.utils.http import http_date, parse_http_date, quote_etag
 from django.views.decorators.http import require_safe
 
-from . import uris, versions
+from . import access, uris, versions
 from .exceptions import NotRegistered
 from .models import ChangeEvent, Resource, ResourceSet, Version
 from .xml.writer import hash_value, ln_element, w3c_datetime
@@ -112,8 +112,10 @@ def splice(entry, links):
 # --- views ---------------------------------------------------------------------------------
 
 
-def _publishing_set(slug):
+def _publishing_set(request, slug):
     resource_set = ResourceSet.objects.filter(slug=slug, enabled=True).first()
+    if resource_set is not None:
+        access.check(request, resource_set)
     try:
         publishing = resource_set is not None and versions.publishes(resource_set)
     except NotRegistered:  # its source is gone (check resourcesync.W002 says so)
@@ -157,8 +159,9 @@ def _link_header(resource_set, key, original):
 
 
 @require_safe
+@access.guarded
 def memento(request, slug, stamp, key):
-    resource_set = _publishing_set(slug)
+    resource_set = _publishing_set(request, slug)
     record = _listed(resource_set, key)
     try:
         moment = datetime.datetime.strptime(stamp, STAMP).replace(tzinfo=datetime.timezone.utc)
@@ -188,8 +191,9 @@ def memento(request, slug, stamp, key):
 
 
 @require_safe
+@access.guarded
 def timemap(request, slug, key):
-    resource_set = _publishing_set(slug)
+    resource_set = _publishing_set(request, slug)
     record = _listed(resource_set, key)
     found = _mementos(resource_set, key)
     if not found:
@@ -212,8 +216,9 @@ def timemap(request, slug, key):
 
 
 @require_safe
+@access.guarded
 def timegate(request, slug, key):
-    resource_set = _publishing_set(slug)
+    resource_set = _publishing_set(request, slug)
     record = _listed(resource_set, key)
     wanted = request.headers.get("Accept-Datetime")
     if wanted:

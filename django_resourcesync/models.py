@@ -44,8 +44,16 @@ def validate_capabilities(value):
         raise ValidationError(_("Choose capabilities among: %(known)s.") % {"known": ", ".join(sorted(known))})
 
 
+class ResourceSetQuerySet(models.QuerySet):
+    def public(self):
+        """The enabled sets anyone may read (not those for partners with a token)."""
+        return self.filter(enabled=True).exclude(access="token")
+
+
 class ResourceSet(models.Model):
     """A set of resources with its own Capability List (spec section 9)."""
+
+    objects = ResourceSetQuerySet.as_manager()
 
     name = models.CharField(_("name"), max_length=200)
     slug = models.SlugField(
@@ -68,6 +76,13 @@ class ResourceSet(models.Model):
         _("capabilities"), default=default_capabilities, blank=True, validators=[validate_capabilities]
     )
     enabled = models.BooleanField(_("enabled"), default=True)
+    access = models.CharField(
+        _("access"), max_length=8, choices=[("public", _("public")), ("token", _("partners with a token"))],
+        default="public",
+        help_text=_("Public: anyone may read the set's documents. Partners with a token: only Destinations holding an "
+                    "access token issued for this set (HTTP Authorization: Bearer); the public Source Description does "
+                    "not list the set."),
+    )
     prior_versions = models.BooleanField(
         _("prior versions"), default=False,
         help_text=_("Keep the bytes of every change (the version store) and publish them as prior versions: "
@@ -96,6 +111,11 @@ class ResourceSet(models.Model):
 
     def has_capability(self, capability):
         return capability in (self.capabilities or [])
+
+    @property
+    def is_public(self):
+        """Whether anyone may read the set's documents (else only holders of a token for it)."""
+        return self.access != "token"
 
 
 class Resource(models.Model):
@@ -576,6 +596,37 @@ class Channel(models.Model):
         return f"{self.resource_set.slug} {self.capability}"
 
 
+class AccessToken(models.Model):
+    """A bearer token issued to one Destination (a partner) for reading restricted sets. Only a
+    digest of the token is kept: the token itself is shown once, when it is issued."""
+
+    name = models.CharField(_("destination"), max_length=200, help_text=_("Who holds the token: it names them in the logs."))
+    sets = models.ManyToManyField(ResourceSet, related_name="access_tokens", verbose_name=_("sets"), blank=True)
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(_("token begins"), max_length=16, editable=False,
+                              help_text=_("The first characters of the token, to tell tokens apart."))
+    created = models.DateTimeField(_("issued"), default=timezone.now, editable=False)
+    expires = models.DateTimeField(_("expires"), null=True, blank=True, help_text=_("Empty: never."))
+    revoked = models.DateTimeField(_("revoked"), null=True, blank=True, editable=False)
+    last_used = models.DateTimeField(_("last used"), null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["name", "-created"]
+        verbose_name = _("access token")
+        verbose_name_plural = _("access tokens")
+
+    def __str__(self):
+        return f"{self.name} ({self.prefix}…)"
+
+    def state(self, now=None):
+        """``"valid"``, ``"revoked"`` or ``"expired"``."""
+        if self.revoked is not None:
+            return "revoked"
+        if self.expires is not None and self.expires <= (now or timezone.now()):
+            return "expired"
+        return "valid"
+
+
 class Subscription(models.Model):
     """A verified WebSub subscription of a callback to a set's channel at the built-in hub."""
 
@@ -587,6 +638,10 @@ class Subscription(models.Model):
     expires = models.DateTimeField(_("expires"))
     created = models.DateTimeField(_("subscribed"), default=timezone.now)
     verified = models.DateTimeField(_("last verified"), default=timezone.now)
+    token = models.ForeignKey(
+        AccessToken, null=True, blank=True, on_delete=models.CASCADE, related_name="subscriptions",
+        help_text=_("The token that allowed the subscription to a restricted set's channel: it ends with it."),
+    )
 
     class Meta:
         ordering = ["resource_set", "capability", "callback"]

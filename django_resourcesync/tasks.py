@@ -208,6 +208,6 @@ def deliver_due_task():
 
 
 @shared_task(name="resourcesync.verify_subscription")
-def verify_subscription_task(mode, set_id, capability, callback, lease_seconds, secret=""):
+def verify_subscription_task(mode, set_id, capability, callback, lease_seconds, secret="", token_id=None):
     """Verify a (un)subscription's intent at its callback, and apply it if it is confirmed."""
-    return hub.verify(mode, set_id, capability, callback, lease_seconds, secret)
+    return hub.verify(mode, set_id, capability, callback, lease_seconds, secret, token_id)

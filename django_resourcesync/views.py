@@ -29,7 +29,7 @@ try:  # django-storages' S3 storage, where boto3 is installed
 except (ImportError, ImproperlyConfigured):  # django-storages raises the latter without boto3
     S3Storage = None
 
-from . import capabilities, storage
+from . import access, capabilities, storage
 from .builders import capabilitylist
 from .conf import app_settings
 from .models import Build, Document, ResourceSet
@@ -73,11 +73,15 @@ def _xml_response(request, body, last_modified):
     )
 
 
-def _enabled_set(slug):
+def _enabled_set(request, slug):
+    """The enabled set ``slug``, if the request may read it (:func:`access.check`: a restricted
+    set answers 401 or 403 to a request without a token for it); else 404."""
     try:
-        return ResourceSet.objects.get(slug=slug, enabled=True)
+        resource_set = ResourceSet.objects.get(slug=slug, enabled=True)
     except ResourceSet.DoesNotExist:
         raise Http404("No such resource set") from None
+    access.check(request, resource_set)
+    return resource_set
 
 
 @require_safe
@@ -96,8 +100,9 @@ def source_description_part(request, number):
 
 
 @require_safe
+@access.guarded
 def capability_list(request, slug):
-    rendered = capabilitylist.capability_list(_enabled_set(slug))
+    rendered = capabilitylist.capability_list(_enabled_set(request, slug))
     if rendered is None:
         raise Http404("This set has published nothing yet")
     return _xml_response(request, *rendered)
@@ -124,8 +129,9 @@ def _gone():
 
 
 @require_safe
+@access.guarded
 def document(request, slug, name):
-    resource_set = _enabled_set(slug)
+    resource_set = _enabled_set(request, slug)
     doc = find_document(resource_set, name)
     if doc is None:
         raise Http404("No such document")
@@ -233,10 +239,11 @@ def _read_span(store, storage_name, start, end):
 
 
 @require_safe
+@access.guarded
 def live(request, slug, name, capability):
     """A document of a capability served ``"live"`` (see :mod:`.capabilities`): rendered from
     the database (the open Change List, the Change Dump), or a file its rows point at."""
-    resource_set = _enabled_set(slug)
+    resource_set = _enabled_set(request, slug)
     served = capabilities.get(capability).builder.serve(resource_set, name) if resource_set.has_capability(capability) else None
     if served is None:
         raise Http404("No such document")

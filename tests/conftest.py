@@ -48,8 +48,9 @@ def demo_set(slug):
     """The example project's set (created by its data migration; again after a flush)."""
     demo = importlib.import_module("example_project.repository.migrations.0002_resource_sets")
     pages = importlib.import_module("example_project.repository.migrations.0003_landing_pages")
+    partners = importlib.import_module("example_project.repository.migrations.0005_partner_set")
 
-    values = dict(next(s for s in [*demo.SETS, pages.PAGES] if s["slug"] == slug))
+    values = dict(next(s for s in [*demo.SETS, pages.PAGES, partners.SET] if s["slug"] == slug))
     return ResourceSet.objects.get_or_create(
         slug=values.pop("slug"), defaults={**values, "capabilities": ["resourcelist", "changelist"]}
     )[0]

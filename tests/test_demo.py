@@ -199,3 +199,37 @@ def test_the_landing_pages_served_are_the_bytes_listed(demo):
             resource.length, resource.md5, resource.sha256
         ), resource.uri
         assert b'rel="resourcesync"' in data
+
+
+def test_resync_syncs_and_audits_the_partners_set_with_a_token_and_is_refused_without(demo, tmp_path):
+    """The resync command line client, as a partner runs it: --access-token sends the token as a
+    bearer token with each request (documents and resources alike)."""
+    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "TEST_DATABASE_URL")}
+    env.update(DJANGO_SETTINGS_MODULE="example_project.settings", **demo_env(demo))
+    issued = subprocess.run(
+        [sys.executable, "manage.py", "resourcesync_token", "create", "--name", "resync partner", "--set", "all-records"],
+        cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=120,
+    )
+    token = issued.stdout.strip()
+    sync = [str(Path(sys.executable).parent / "resync-sync"), "--capabilitylist",
+            f"{demo}/resourcesync/all-records/capabilitylist.xml", "--hash", "md5", "--hash", "sha-256",
+            f"{demo}/", str(tmp_path / "mirror")]
+
+    def resync(mode, *extra):
+        return subprocess.run([sync[0], mode, *extra, *sync[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+    refused = resync("--baseline")
+    assert refused.returncode != 0 or "401" in refused.stderr + refused.stdout
+    assert not (tmp_path / "mirror").exists() or not any((tmp_path / "mirror").rglob("*.xml"))
+
+    baseline = resync("--baseline", "--access-token", token)
+    assert baseline.returncode == 0, baseline.stderr
+    assert "SYNCED" in baseline.stderr
+    records = list((tmp_path / "mirror" / "items").rglob("metadata.xml"))
+    assert len(records) == int(subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c",
+         "from example_project.repository.models import Item; print(Item.objects.count())"],
+        cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=120,
+    ).stdout.split()[-1])
+    audit = resync("--audit", "--access-token", token)
+    assert audit.returncode == 0 and "IN SYNC" in audit.stderr, audit.stderr

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from django_resourcesync import push
-from django_resourcesync.models import Channel, Delivery, Notification, Subscription
+from django_resourcesync import access, push
+from django_resourcesync.models import AccessToken, Channel, Delivery, Notification, ResourceSet, Subscription
 from django_resourcesync.rebuild import rebuild_set
 from example_project.repository.models import Item
 
@@ -527,3 +527,38 @@ def test_a_callback_that_hangs_does_not_hold_up_the_save(hub_source, seed, subsc
     assert saving < 15  # ...but the save did not wait for it
     assert Item.objects.get(pk=item.pk).title == "Saved while the subscriber hangs"
     subscriber.release.set()
+
+
+# --- sets for partners ------------------------------------------------------------------------------
+
+
+def test_the_hub_takes_a_restricted_channels_subscription_with_its_token_only_and_ends_it_with_the_token(
+    hub_source, seed, subscriber
+):
+    seed(2)
+    restricted = offer(demo_set("all-records"), "change-notification")
+    rebuild_set(restricted)
+    settle()
+    hub, changes = f"{hub_source}/resourcesync/hub", topic(hub_source, restricted, "change-notification")
+    assert subscriber.request(hub, "subscribe", changes)[0] == 401
+    other = ResourceSet.objects.create(name="Embargoed", slug="embargoed", source="metadata", access="token")
+    assert subscriber.request(hub, "subscribe", changes, token=access.issue("Other", [other])[1])[0] == 403
+    record, token = access.issue("Partner", [restricted])
+    assert subscriber.request(hub, "subscribe", changes, token=token)[0] == 202
+    assert subscriber.wait(lambda: subscriber.verified)
+    settle()
+    assert Subscription.objects.get(resource_set=restricted).token == record
+
+    item = Item.objects.order_by("pk").first()
+    item.title = "Told to the partner"
+    item.save()
+    assert subscriber.wait(lambda: subscriber.received, timeout=20)
+    settle()
+    check_document(subscriber.received[0].body, "change-notification")
+
+    access.revoke(AccessToken.objects.filter(pk=record.pk))
+    assert not Subscription.objects.filter(resource_set=restricted).exists()
+    item.title = "Not told: the token is revoked"
+    item.save()
+    settle()
+    assert len(subscriber.received) == 1

@@ -99,8 +99,8 @@ class Subscriber:
         expected = hmac.new(self.secrets[topics[0]].encode(), body, ALGORITHMS[method]).hexdigest()
         return hmac.compare_digest(expected, value)
 
-    def request(self, hub, mode, topic, secret="", lease_seconds=None):
-        """POST a (un)subscription request; returns (status, reason)."""
+    def request(self, hub, mode, topic, secret="", lease_seconds=None, token=None):
+        """POST a (un)subscription request (with ``token``, as a bearer token); returns (status, reason)."""
         with self.changed:
             self.intents[(mode, topic)] = secret
         form = {"hub.mode": mode, "hub.topic": topic, "hub.callback": self.callback}
@@ -110,7 +110,8 @@ class Subscriber:
             form["hub.lease_seconds"] = str(lease_seconds)
         data = urllib.parse.urlencode(form).encode()
         try:
-            with urllib.request.urlopen(urllib.request.Request(hub, data=data), timeout=30) as response:
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            with urllib.request.urlopen(urllib.request.Request(hub, data=data, headers=headers), timeout=30) as response:
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()

@@ -18,7 +18,7 @@ from rest_framework import serializers
 
 from .. import capabilities, uris
 from ..builders.capabilitylist import published_capabilities
-from ..models import Build, BuildPart, ChangeEvent, Document, PendingChange, ResourceSet, Subscription
+from ..models import AccessToken, Build, BuildPart, ChangeEvent, Document, PendingChange, ResourceSet, Subscription
 from ..validation import validate_resource_set
 from ..xml.writer import w3c_datetime
 
@@ -124,7 +124,7 @@ class ResourceSetSerializer(PublicResourceSetSerializer):
     class Meta:
         model = ResourceSet
         fields = [
-            *PublicResourceSetSerializer.Meta.fields, "enabled", "source", "lookups", "describedby", "prior_versions",
+            *PublicResourceSetSerializer.Meta.fields, "enabled", "access", "source", "lookups", "describedby", "prior_versions",
             "position", "left_out", "created", "modified",
         ]
         read_only_fields = ["capability_list", "documents", "resources", "last_good_build", "left_out", "created", "modified"]
@@ -288,3 +288,43 @@ class NoInputSerializer(serializers.Serializer):
 
 class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField()
+
+
+# -- access tokens -----------------------------------------------------------------------------
+
+
+class AccessTokenSerializer(ModelSerializer):
+    """A token issued to a Destination for restricted sets. The token itself is never shown,
+    but once, in the answer that issues it (:class:`IssuedTokenSerializer`)."""
+
+    sets = serializers.SlugRelatedField(
+        slug_field="slug", many=True, queryset=ResourceSet.objects.all(),
+        help_text=_("The slugs of the sets it opens (those for partners with a token)."),
+    )
+    state = serializers.SerializerMethodField(help_text=_("valid, expired or revoked."))
+
+    class Meta:
+        model = AccessToken
+        fields = ["id", "name", "sets", "prefix", "created", "expires", "revoked", "last_used", "state"]
+        read_only_fields = ["id", "prefix", "created", "revoked", "last_used", "state"]
+
+    @extend_schema_field(OpenApiTypes.STR)  # valid, expired or revoked (no enum: "state" names one already)
+    def get_state(self, obj):
+        return obj.state()
+
+    def validate_sets(self, sets):
+        public = sorted(s.slug for s in sets if s.is_public)
+        if public:
+            raise serializers.ValidationError(
+                _("Anyone may read %(sets)s: a token opens only sets for partners with a token.") % {"sets": ", ".join(public)}
+            )
+        return sets
+
+
+class IssuedTokenSerializer(AccessTokenSerializer):
+    """A token just issued: with the token, shown this once (only its digest is kept)."""
+
+    token = serializers.CharField(read_only=True, help_text=_("The bearer token. Keep it: it is not shown again."))
+
+    class Meta(AccessTokenSerializer.Meta):
+        fields = [*AccessTokenSerializer.Meta.fields, "token"]

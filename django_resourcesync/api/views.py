@@ -1,8 +1,9 @@
-"""The API's viewsets: sets, builds, documents, changes, pending changes and subscriptions.
+"""The API's viewsets: sets, builds, documents, changes, pending changes, subscriptions, tokens.
 
-Each public endpoint shows anyone only what the Source's documents already publish: enabled
-sets, their current documents (never a withdrawn one) and the changes of their Change Lists.
-The rest is for managers (see :mod:`.permissions`). Every error is a 4xx with a JSON reason.
+Each public endpoint shows anyone only what the Source's documents already publish: the public
+sets (enabled, not for partners with a token), their current documents (never a withdrawn one)
+and the changes of their Change Lists. The rest is for managers (see :mod:`.permissions`).
+Every error is a 4xx with a JSON reason.
 """
 
 from django.db.models import Count, Max, OuterRef, Q, Subquery, Value
@@ -20,8 +21,19 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.routers import APIRootView
 
-from .. import capabilities
-from ..models import Build, ChangeEvent, Delivery, Document, LeftOut, PendingChange, Resource, ResourceSet, Subscription
+from .. import access, capabilities
+from ..models import (
+    AccessToken,
+    Build,
+    ChangeEvent,
+    Delivery,
+    Document,
+    LeftOut,
+    PendingChange,
+    Resource,
+    ResourceSet,
+    Subscription,
+)
 from ..tasks import rebuild_set_task, reconcile_set_task
 from . import filters, sending, serializers
 from .openapi import ApiSchema, described
@@ -125,14 +137,17 @@ SET_VIEW = OpenApiResponse(
 
 
 def _visible_sets(request):
+    """Every set for a manager; for anyone else, the sets anyone may read (not those for
+    partners with a token: see :mod:`django_resourcesync.access`)."""
     sets = ResourceSet.objects.all()
-    return sets if sees_every_set(request) else sets.filter(enabled=True)
+    return sets if sees_every_set(request) else sets.public()
 
 
 @extend_schema_view(
     list=described(
         summary="Resource sets",
-        description="Every set for its managers; the enabled sets, with what their documents show, for anyone else.",
+        description="Every set for its managers; the public sets (enabled, not for partners with a token), with what "
+        "their documents show, for anyone else.",
         responses={200: SET_VIEW, 400: ERRORS[400]},
     ),
     retrieve=described(summary="A resource set", responses={200: SET_VIEW, 404: ERRORS[404]}),
@@ -168,7 +183,7 @@ class ResourceSetViewSet(ApiView, viewsets.ModelViewSet):
             last_published=Subquery(published.annotate(latest=Max("finished")).values("latest")),
         )
         if self.request.method in ("GET", "HEAD", "OPTIONS") and not sees_every_set(self.request):
-            sets = sets.filter(enabled=True)
+            sets = sets.public()
         return sets
 
     def get_serializer_class(self):
@@ -269,7 +284,7 @@ def _offered(sets, field):
 )
 class DocumentViewSet(ApiView, viewsets.ReadOnlyModelViewSet):
     """The documents the sets publish now: those of their published builds, of capabilities
-    they offer, not withdrawn; of the enabled sets for anyone, of every set for managers."""
+    they offer, not withdrawn; of the public sets for anyone, of every set for managers."""
 
     queryset = Document.objects.all()
     serializer_class = serializers.DocumentSerializer
@@ -296,7 +311,7 @@ class DocumentViewSet(ApiView, viewsets.ReadOnlyModelViewSet):
     list=described(
         summary="The change log",
         description="Change events, oldest first, as Change Lists list them; follow next to the end for every event once. "
-        "Anyone sees those of the enabled sets that offer a Change List; managers, every set's.",
+        "Anyone sees those of the public sets that offer a Change List; managers, every set's.",
         parameters=[
             SET_PARAMETER,
             OpenApiParameter("change", str, enum=ChangeEvent.Change.values, description="Only changes of this kind."),
@@ -308,7 +323,7 @@ class DocumentViewSet(ApiView, viewsets.ReadOnlyModelViewSet):
 )
 class ChangeEventViewSet(ApiView, viewsets.ReadOnlyModelViewSet):
     """The change log. A Change List already shows its events to anyone, so the events of the
-    enabled sets that offer Change Lists are public; nothing else is."""
+    public sets that offer Change Lists are public; nothing else is."""
 
     queryset = ChangeEvent.objects.all()
     serializer_class = serializers.ChangeEventSerializer
@@ -322,7 +337,7 @@ class ChangeEventViewSet(ApiView, viewsets.ReadOnlyModelViewSet):
         if manager:
             sets = ResourceSet.objects.all()
         else:
-            sets = [s for s in ResourceSet.objects.filter(enabled=True) if s.has_capability(capabilities.CHANGELIST)]
+            sets = [s for s in ResourceSet.objects.public() if s.has_capability(capabilities.CHANGELIST)]
             sets = ResourceSet.objects.filter(pk__in=[s.pk for s in sets])
         events = ChangeEvent.objects.select_related("resource_set", "changelist")
         if not manager:
@@ -383,3 +398,61 @@ class SubscriptionViewSet(ApiView, mixins.ListModelMixin, mixins.RetrieveModelMi
         )
         resource_set = filters.set_param(self.request, ResourceSet.objects.all())
         return subscriptions if resource_set is None else subscriptions.filter(resource_set=resource_set)
+
+
+@extend_schema_view(
+    list=described(summary="Access tokens of partners (managers)",
+                   responses={200: serializers.AccessTokenSerializer(many=True), **MANAGER_ERRORS}),
+    retrieve=described(summary="An access token (managers)",
+                       responses={200: serializers.AccessTokenSerializer, **MANAGER_ERRORS}),
+    create=described(
+        summary="Issue a token to a Destination (managers)",
+        description="The answer holds the token itself, this once: only its digest is kept.",
+        request=serializers.AccessTokenSerializer,
+        responses={201: serializers.IssuedTokenSerializer, 400: ERRORS[400], **MANAGER_ERRORS},
+    ),
+    partial_update=described(summary="Change a token's Destination, sets or expiry (managers)",
+                             responses={200: serializers.AccessTokenSerializer, 400: ERRORS[400], **MANAGER_ERRORS}),
+    update=described(summary="Replace a token's Destination, sets and expiry (managers)",
+                     responses={200: serializers.AccessTokenSerializer, 400: ERRORS[400], **MANAGER_ERRORS}),
+)
+class AccessTokenViewSet(ApiView, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                         mixins.UpdateModelMixin, viewsets.GenericViewSet):
+    """Tokens issued to Destinations for the sets for partners (see :mod:`django_resourcesync.access`):
+    managers issue them, read them (never the token itself, shown once when issued) and revoke
+    them, which takes effect at once."""
+
+    queryset = AccessToken.objects.all()
+    serializer_class = serializers.AccessTokenSerializer
+    permission_classes = [IsManager]
+    pagination_class = CursorPages
+    manager_actions = {"revoke": "change"}
+
+    def get_queryset(self):
+        return AccessToken.objects.prefetch_related("sets")
+
+    def get_serializer_class(self):
+        if self.action == "revoke":
+            return serializers.NoInputSerializer
+        return serializers.AccessTokenSerializer
+
+    def create(self, request, *args, **kwargs):
+        serializer = serializers.AccessTokenSerializer(data=request.data, context=self.get_serializer_context())
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        record, token = access.issue(data["name"], data["sets"], expires=data.get("expires"))
+        answer = serializers.IssuedTokenSerializer(record, context=self.get_serializer_context()).data
+        return Response({**answer, "token": token}, status=status.HTTP_201_CREATED)
+
+    @described(
+        summary="Revoke a token (managers)",
+        description="From now on the token opens nothing, and the subscriptions made with it end.",
+        request=None,
+        responses={200: serializers.AccessTokenSerializer, **MANAGER_ERRORS},
+    )
+    @action(detail=True, methods=["post"], permission_classes=[IsManager])
+    def revoke(self, request, pk=None):
+        record = self.get_object()
+        access.revoke(AccessToken.objects.filter(pk=record.pk))
+        record.refresh_from_db()
+        return Response(serializers.AccessTokenSerializer(record, context=self.get_serializer_context()).data)

@@ -59,9 +59,11 @@ def capability_list(resource_set):
 
 def public_sets():
     """``[(set, last_modified)]``: enabled sets that publish at least one capability document,
-    in Source Description order, with the time their configuration or documents last changed."""
+    in Source Description order, with the time their configuration or documents last changed.
+    Sets for partners with a token are among them only with ``LIST_TOKEN_SETS``."""
     found = []
-    for resource_set in ResourceSet.objects.filter(enabled=True):
+    sets = ResourceSet.objects.filter(enabled=True) if app_settings.LIST_TOKEN_SETS else ResourceSet.objects.public()
+    for resource_set in sets:
         published = published_capabilities(resource_set)
         if published:
             found.append((resource_set, max([resource_set.modified, *(changed for _c, changed in published if changed)])))
@@ -98,9 +100,11 @@ def source_description(part=None):
 
 
 def _description_entry(resource_set):
+    # A restricted set is named by its Capability List's URI alone (LIST_TOKEN_SETS).
+    described = resource_set.describedby if resource_set.is_public else ""
     return url_element(
         uris.capability_list_uri(resource_set), md={"capability": capabilities.CAPABILITYLIST},
-        links=clean_links([{"rel": "describedby", "href": resource_set.describedby}]),
+        links=clean_links([{"rel": "describedby", "href": described}]),
     )
 
 

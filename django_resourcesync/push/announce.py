@@ -19,7 +19,7 @@ import logging
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from .. import capabilities, uris
@@ -177,12 +177,20 @@ def _record(resource_set, capability, entries, *, up=True):
         resource_set=resource_set, capability=capability, payload=payload, entries=len(entries)
     )
     now = timezone.now()
-    if app_settings.HUB_URL:
+    if app_settings.HUB_URL and not resource_set.is_public:
+        deliveries = []  # an external hub would hand a restricted set's changes to anyone (check W014)
+    elif app_settings.HUB_URL:
         give_up = now + timedelta(seconds=app_settings.HUB_GIVE_UP_SECONDS)
         deliveries = [Delivery(notification=notification, target=app_settings.HUB_URL, to_hub=True, give_up=give_up)]
     else:
         subscribers = Subscription.objects.filter(resource_set=resource_set, capability=capability)
         subscribers.filter(expires__lte=now).delete()  # their lease is over
+        if not resource_set.is_public:
+            # A restricted set's notifications go to the holders of a valid token for it only.
+            subscribers = subscribers.filter(
+                Q(token__expires__isnull=True) | Q(token__expires__gt=now), token__revoked__isnull=True,
+                token__sets=resource_set,
+            )
         deliveries = [
             Delivery(notification=notification, subscription=subscription, target=subscription.callback,
                      give_up=subscription.expires)

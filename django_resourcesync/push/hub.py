@@ -37,7 +37,7 @@ from django.utils import timezone
 from .. import uris
 from ..builders import channel as channels
 from ..conf import app_settings
-from ..models import Delivery, Notification, ResourceSet, Subscription
+from ..models import AccessToken, Delivery, Notification, ResourceSet, Subscription
 from . import DELIVER, VERIFY, queue
 
 logger = logging.getLogger(__name__)
@@ -208,17 +208,24 @@ def with_query(url, params):
 # --- verification of intent ----------------------------------------------------------------
 
 
-def subscribe_later(mode, resource_set, capability, callback, lease, secret):
-    """Queue the verification of a request that passed :func:`parse_request`."""
+def subscribe_later(mode, resource_set, capability, callback, lease, secret, *, token=None):
+    """Queue the verification of a request that passed :func:`parse_request` (and, for a
+    restricted set, came with ``token``, an :class:`~django_resourcesync.models.AccessToken`)."""
+    extra = {"token_id": token.pk} if token is not None else {}
     queue(VERIFY, mode=mode, set_id=resource_set.pk, capability=capability, callback=callback, lease_seconds=lease,
-          secret=secret)
+          secret=secret, **extra)
 
 
-def verify(mode, set_id, capability, callback, lease_seconds, secret=""):
+def verify(mode, set_id, capability, callback, lease_seconds, secret="", token_id=None):
     """Verify the intent of a (un)subscription by a GET of the callback; if it echoes the
-    challenge, apply it. Returns whether it was verified."""
+    challenge, apply it. Returns whether it was verified. A subscription to a restricted set's
+    channel is made only while the token it came with is valid for the set, and ends with it."""
     resource_set = ResourceSet.objects.filter(pk=set_id).first()
     if resource_set is None:
+        return False
+    token = AccessToken.objects.filter(pk=token_id).first() if token_id is not None else None
+    if mode == "subscribe" and not resource_set.is_public and not _grants(token, resource_set):
+        logger.info("Subscription of %s to %s not made: no valid token for the set", callback, resource_set.slug)
         return False
     challenge = secrets.token_urlsafe(24)
     params = {"hub.mode": mode, "hub.topic": uris.topic_uri(resource_set, capability), "hub.challenge": challenge}
@@ -239,11 +246,16 @@ def verify(mode, set_id, capability, callback, lease_seconds, secret=""):
     expires = now + timedelta(seconds=lease_seconds)
     subscription, _created = Subscription.objects.update_or_create(
         resource_set=resource_set, capability=capability, callback=callback,
-        defaults={"secret": secret, "lease_seconds": lease_seconds, "expires": expires, "verified": now},
+        defaults={"secret": secret, "lease_seconds": lease_seconds, "expires": expires, "verified": now, "token": token},
     )
     # A renewed lease: what waits for this callback is retried until the new end.
     Delivery.objects.filter(subscription=subscription, state=Delivery.State.PENDING).update(give_up=expires)
     return True
+
+
+def _grants(token, resource_set):
+    """Whether ``token`` (or ``None``) may read ``resource_set`` now."""
+    return token is not None and token.state() == "valid" and token.sets.filter(pk=resource_set.pk).exists()
 
 
 # --- delivery ------------------------------------------------------------------------------
@@ -273,6 +285,9 @@ def _attempt(delivery, notification):
     elif not delivery.to_hub:
         if delivery.subscription is None:
             return None, UNSUBSCRIBED  # ended (in the admin) while it waited: not sent
+        subscription = delivery.subscription
+        if not subscription.resource_set.is_public and (subscription.token is None or subscription.token.state() != "valid"):
+            return None, UNSUBSCRIBED  # a restricted set's, whose token expired or went: not sent
         if delivery.subscription.secret:
             headers["X-Hub-Signature"] = signature(delivery.subscription.secret, body)
     try:
@@ -351,7 +366,8 @@ def _group(pks, shared, pool):
     token = uuid.uuid4().hex
     lease = timedelta(seconds=app_settings.HUB_TIMEOUT + 5)  # an attempt ends by HUB_TIMEOUT (see request())
     Delivery.objects.filter(_free(now), pk__in=pks, state=Delivery.State.PENDING).update(claim=token, claimed_until=now + lease)
-    claimed = [d for d in Delivery.objects.select_related("subscription").filter(claim=token) if d.notification_id in shared]
+    deliveries = Delivery.objects.select_related("subscription__token", "subscription__resource_set")
+    claimed = [d for d in deliveries.filter(claim=token) if d.notification_id in shared]
     if len(claimed) == 1:
         outcomes = [_attempt(claimed[0], shared[claimed[0].notification_id])]
     else:

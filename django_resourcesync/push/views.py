@@ -4,6 +4,7 @@ from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from .. import access
 from ..conf import app_settings
 from .hub import BadRequest, parse_request, subscribe_later
 
@@ -23,6 +24,12 @@ def hub(request):
         parsed = parse_request(request.POST)
     except BadRequest as exc:
         return _text(str(exc), 400)
-    mode = parsed[0]
-    subscribe_later(*parsed)
+    mode, resource_set = parsed[0], parsed[1]
+    try:
+        # A restricted set's channel: the subscriber sends its token, and the subscription
+        # lasts as long as the token does.
+        token = access.check(request, resource_set)
+    except access.Denied as denied:
+        return denied.response()
+    subscribe_later(*parsed, token=token)
     return _text(f"Accepted: the {mode} request is verified at the callback next.", 202)

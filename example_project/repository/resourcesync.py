@@ -70,6 +70,10 @@ class MetadataRecordSource(sources.ViewSource):
     def location(self, obj):
         return obj.get_metadata_url()
 
+    def readable(self, objects):
+        """Those of ``objects`` whose record the view shows the visitor this source renders for."""
+        return [obj for obj in objects if obj.is_public]
+
     def contents(self, objects):
         """The records of many items at once, as their view renders each (``render_record``,
         the view's own function: the site's middleware changes none of the bytes), with no
@@ -80,10 +84,10 @@ class MetadataRecordSource(sources.ViewSource):
         ``location()`` is not this class's own, an object whose URI is not its record view's."""
         if type(self).location is not _RECORD_LOCATION:
             objects = [obj for obj in objects if self.location(obj) == obj.get_metadata_url()]
-        ready = [obj for obj in objects if obj.is_public and Item.collection.is_cached(obj)]
+        ready = [obj for obj in self.readable(objects) if Item.collection.is_cached(obj)]
         unread = {obj.pk for obj in objects} - {obj.pk for obj in ready}
         if unread:
-            ready += bulk.filter_in(views.record_items(), "pk", unread)
+            ready += bulk.filter_in(self.items(), "pk", unread)
         found = {}
         for item in ready:
             try:
@@ -112,6 +116,26 @@ class MetadataRecordSource(sources.ViewSource):
 
 
 _RECORD_LOCATION = MetadataRecordSource.location
+
+
+@sources.register
+class PartnerRecordSource(MetadataRecordSource):
+    """The record of every item, public or not, for the partners of the "all-records" set (its
+    access: token). The site's record view serves them to a request with a token for that set;
+    here they are rendered as that view renders them, never through it (it answers an anonymous
+    request for a private item 404)."""
+
+    name = "all-records"
+
+    def items(self):
+        return views.partner_record_items()
+
+    def readable(self, objects):
+        return list(objects)
+
+    def content(self, obj):
+        item = obj if Item.collection.is_cached(obj) else self.items().get(pk=obj.pk)
+        return views.render_record(item), views.RECORD_CONTENT_TYPE
 
 
 @sources.register

@@ -1,4 +1,6 @@
-"""Public pages of the repository. Items that are not public are answered 404 everywhere."""
+"""Public pages of the repository. Items that are not public are answered 404 everywhere, but to
+partners: the record view answers a request with a token for the "all-records" set (issued in
+the admin or by ``manage.py resourcesync_token``) with the record of any item."""
 
 import datetime
 import mimetypes
@@ -9,6 +11,7 @@ from django.template.loader import get_template
 from django.utils import timezone
 from django.utils.http import http_date
 
+from django_resourcesync.access import token_access
 from django_resourcesync.models import ResourceSet
 
 from .models import Item, ItemFile
@@ -27,6 +30,15 @@ def record_items():
     return public_items().select_related("collection")
 
 
+#: The set of every item's record, public or not, for partners with a token.
+PARTNER_SET = "all-records"
+
+
+def partner_record_items():
+    """The items whose records partners read: all of them, with their collection."""
+    return Item.objects.select_related("collection")
+
+
 def render_record(item):
     """The bytes of the record of ``item`` (fetched by :func:`record_items`): the one way a
     record is rendered, by its view and by the ``metadata`` source's ``contents()``, which
@@ -41,7 +53,7 @@ def home(request):
 
 
 def about_source(request):
-    sets = ResourceSet.objects.filter(enabled=True).order_by("position", "pk")
+    sets = ResourceSet.objects.public().order_by("position", "pk")
     return render(request, "repository/about_source.html", {"sets": sets})
 
 
@@ -55,8 +67,10 @@ def item(request, pk):
     return render(request, "repository/item.html", {"item": obj, "files": obj.files.order_by("pk")})
 
 
+@token_access(PARTNER_SET)
 def item_metadata(request, pk):
-    obj = get_object_or_404(record_items(), pk=pk)
+    items = partner_record_items() if request.resourcesync_partner else record_items()
+    obj = get_object_or_404(items, pk=pk)
     # No Last-Modified: the record shows its collection's name too. ConditionalGetMiddleware
     # gives it an ETag of its bytes instead.
     return HttpResponse(render_record(obj), content_type=RECORD_CONTENT_TYPE)

@@ -1,6 +1,6 @@
 """Make the demo a showcase: every capability on every set (the dumps where the source gives
-bytes), prior versions of the files and records, and a login for the admin. Idempotent; prints
-the login and where to use it."""
+bytes), prior versions of the files and records, a login for the admin and a partner's token for
+the set for partners. Idempotent; prints the login, the token and where to use them."""
 
 import secrets
 
@@ -8,10 +8,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from django_resourcesync import capabilities
-from django_resourcesync.models import ResourceSet
+from django_resourcesync import access, capabilities
+from django_resourcesync.models import AccessToken, ResourceSet
 
 USERNAME = "demo"
+PARTNER_SET = "all-records"
 
 
 class Command(BaseCommand):
@@ -36,6 +37,25 @@ class Command(BaseCommand):
         user.save()
         self.stdout.write(f"admin: {base_url}/admin/  (login {USERNAME!r}, password {password!r})")
         self.stdout.write(f"API:   {base_url}/resourcesync/api/  (schema: {base_url}/resourcesync/api/schema/ui/)")
+        token = self.partner_token()
+        if token:
+            self.stdout.write(f"partners: {base_url}/resourcesync/{PARTNER_SET}/capabilitylist.xml  "
+                              f"(Authorization: Bearer {token})")
+
+    def partner_token(self):
+        """The demo partner's token for the set for partners: made once, kept beside the database
+        (the app keeps only its digest), issued again if it was revoked or deleted."""
+        partners = ResourceSet.objects.filter(slug=PARTNER_SET, access=access.TOKEN).first()
+        if partners is None:
+            return None
+        path = settings.VAR_DIR / "demo-token"
+        token = path.read_text().strip() if path.exists() else ""
+        record = AccessToken.objects.filter(digest=access.digest(token)).first() if token else None
+        if record is None or record.state() != "valid":
+            _record, token = access.issue("Demo partner", [partners])
+            path.write_text(token)
+            path.chmod(0o600)
+        return token
 
     def password(self):
         """The demo's password: made once, kept beside its database, so that it stays the same
