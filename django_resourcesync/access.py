@@ -25,8 +25,10 @@ import logging
 import secrets
 from datetime import timedelta
 
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
+from django.urls import get_resolver, get_urlconf
 from django.utils import timezone
 from django.utils.cache import patch_cache_control, patch_vary_headers
 
@@ -191,7 +193,7 @@ def guarded(view):
     @functools.wraps(view)
     def wrapped(request, *args, **kwargs):
         try:
-            response = view(request, *args, **kwargs)
+            response = _answer(view, request, *args, **kwargs)
         except Denied as denied:
             return denied.response()
         if getattr(request, "_resourcesync_private", False):
@@ -199,6 +201,17 @@ def guarded(view):
         return response
 
     return wrapped
+
+
+def _answer(view, request, *args, **kwargs):
+    """The view's response; a 404 or 403 it raises is made here, as the site's handler makes it,
+    so that it can be marked too (no cache may hand one token's 404 to another request)."""
+    try:
+        return view(request, *args, **kwargs)
+    except (Http404, PermissionDenied) as exc:
+        status = 404 if isinstance(exc, Http404) else 403
+        handler = get_resolver(get_urlconf()).resolve_error_handler(status)
+        return handler(request, exception=exc)
 
 
 def partner(request, slugs):
@@ -210,7 +223,7 @@ def partner(request, slugs):
     record = token_of(request)
     if record is None:
         return None
-    sets = ResourceSet.objects.filter(pk__in=record.set_ids).exclude(access=PUBLIC)
+    sets = ResourceSet.objects.filter(pk__in=record.set_ids, enabled=True).exclude(access=PUBLIC)
     allowed = sorted((sets.filter(slug__in=slugs) if slugs else sets).values_list("slug", flat=True))
     if not allowed:
         return None
@@ -238,7 +251,7 @@ def token_access(*slugs):
                 request.resourcesync_partner = partner(request, slugs)
             except Denied as denied:
                 return denied.response()
-            return _varied(request, view(request, *args, **kwargs))
+            return _varied(request, _answer(view, request, *args, **kwargs))
 
         return wrapped
 
@@ -255,7 +268,7 @@ class TokenAccessMixin:
             request.resourcesync_partner = partner(request, tuple(self.token_sets))
         except Denied as denied:
             return denied.response()
-        return _varied(request, super().dispatch(request, *args, **kwargs))
+        return _varied(request, _answer(super().dispatch, request, *args, **kwargs))
 
 
 def _varied(request, response):

@@ -21,6 +21,7 @@ from .capabilities import CAPABILITY_CHOICES
 from .exceptions import NotRegistered
 from .models import (
     AccessToken,
+    AuditReport,
     Build,
     BuildPart,
     ChangeDumpPackage,
@@ -66,7 +67,10 @@ class ResourceSetForm(forms.ModelForm):
         ]
 
     def clean_access(self):
-        return self.cleaned_data.get("access") or "public"
+        # Left out of the form (a form or script of before): a set keeps its access, a new one is public.
+        if self.cleaned_data.get("access"):
+            return self.cleaned_data["access"]
+        return self.instance.access if self.instance.pk else "public"
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -196,10 +200,10 @@ class ResourceSetAdmin(admin.ModelAdmin):
     and made; a chart of the last 30 days. The set's page has buttons to rebuild and reconcile."""
 
     form = ResourceSetForm
-    list_display = ["set_name", "overview_table", "activity_column", "resource_count"]
+    list_display = ["set_name", "overview_table", "activity_column", "resource_count", "last_audit"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
-    readonly_fields = ["overview"]
+    readonly_fields = ["overview", "audit_report"]
     actions = ["rebuild", "reconcile"]
 
     class Media:
@@ -220,7 +224,37 @@ class ResourceSetAdmin(admin.ModelAdmin):
         ]
         if obj is None:
             return [(None, {"fields": fields})]
-        return [(_("What it publishes"), {"fields": ["overview"]}), (_("Settings"), {"fields": fields})]
+        return [(_("What it publishes"), {"fields": ["overview"]}), (_("As a Destination sees it"), {"fields": ["audit_report"]}),
+                (_("Settings"), {"fields": fields})]
+
+    def _last_audit(self, obj):
+        if not hasattr(obj, "_last_audit"):
+            obj._last_audit = AuditReport.objects.filter(resource_set=obj).order_by("-pk").first()
+        return obj._last_audit
+
+    @admin.display(description=_("last audit"))
+    def last_audit(self, obj):
+        """The last self-audit's verdict (manage.py resourcesync_audit, the task resourcesync.audit)."""
+        report = self._last_audit(obj)
+        if report is None:
+            return format_html('<span class="resourcesync-quiet">{}</span>', _("never"))
+        verdict = _("OK") if not report.problems else _("%(count)d problem(s)") % {"count": len(report.problems)}
+        state = "published" if not report.problems else "failed"
+        return format_html('<span class="resourcesync-state resourcesync-state-{}" title="{}">{}</span> {}', state,
+                           when(report.finished), verdict, timesince(report.finished))
+
+    @admin.display(description=_("last audit"))
+    def audit_report(self, obj):
+        """The last self-audit of the set: its problems, one a line, and what it checked."""
+        report = self._last_audit(obj)
+        if report is None:
+            return _("Never audited: run manage.py resourcesync_audit, or schedule the task resourcesync.audit.")
+        summary = _("%(documents)d document(s), %(resources)d resource(s) and %(packages)d package(s) checked at %(base)s, "
+                    "%(when)s.") % {"documents": report.documents, "resources": report.resources,
+                                    "packages": report.packages, "base": report.base, "when": when(report.finished)}
+        if not report.problems:
+            return format_html("<strong>{}</strong> {}", _("No problem."), summary)
+        return format_html("<ul>{}</ul>{}", format_html_join("", "<li><code>{}</code>: {}</li>", report.problems), summary)
 
     @admin.display(description=_("set"), ordering="name")
     def set_name(self, obj):

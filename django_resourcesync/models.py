@@ -117,6 +117,14 @@ class ResourceSet(models.Model):
         """Whether anyone may read the set's documents (else only holders of a token for it)."""
         return self.access != "token"
 
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            before = ResourceSet.objects.filter(pk=self.pk).values_list("access", flat=True).first()
+            if before is not None and before != self.access:
+                # The set enters or leaves the public Source Description: its date moves.
+                SourceState.touch()
+        super().save(*args, **kwargs)
+
 
 class Resource(models.Model):
     """The app's own record of one published resource of a set: what its entry says."""
@@ -625,6 +633,27 @@ class AccessToken(models.Model):
         if self.expires is not None and self.expires <= (now or timezone.now()):
             return "expired"
         return "valid"
+
+
+class AuditReport(models.Model):
+    """What a self-audit found of one set, seen over HTTP as a Destination sees it (see
+    :mod:`django_resourcesync.audit`)."""
+
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="audit_reports")
+    base = models.CharField(_("audited at"), max_length=2048)
+    finished = models.DateTimeField(_("finished"), default=timezone.now)
+    problems = models.JSONField(default=list, blank=True, help_text=_("[URI, what is wrong], one per problem."))
+    documents = models.PositiveIntegerField(default=0)
+    resources = models.PositiveIntegerField(default=0)
+    packages = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-pk"]
+        verbose_name = _("audit report")
+        verbose_name_plural = _("audit reports")
+
+    def __str__(self):
+        return f"{self.resource_set.slug}: {len(self.problems)} problem(s)"
 
 
 class Subscription(models.Model):

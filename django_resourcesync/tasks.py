@@ -103,6 +103,16 @@ def sweep_storage_task():
     return str(sweep.sweep())
 
 
+@shared_task(name="resourcesync.audit")
+def audit_task(sample=20):
+    """Audit each enabled set over HTTP at BASE_URL as a Destination sees it, and keep its
+    report for the admin (beat: daily, say). Returns ``{slug: problems found}``."""
+    from . import audit
+    from .conf import app_settings
+
+    return audit.audit_sets(sample=sample, schemas=app_settings.AUDIT_SCHEMAS)
+
+
 @shared_task(name="resourcesync.process_changes", bind=True)
 def process_changes_task(self, sources=None):
     """Turn pending changes (from signals and the bulk API) into change events. Queued after

@@ -140,7 +140,8 @@ def document(request, slug, name):
 
     return _conditional(
         request, doc.sha256, doc.written,
-        lambda: _stream_from_storage(request, doc.storage_name, doc.size, doc.media_type, doc.sha256)
+        lambda: _stream_from_storage(request, doc.storage_name, doc.size, doc.media_type, doc.sha256,
+                                     redirect=resource_set.is_public)
     )
 
 
@@ -178,10 +179,12 @@ def _byte_range(request, size, etag):
     return start, end
 
 
-def _stream_from_storage(request, storage_name, size, content_type=CONTENT_TYPE, etag=""):
-    """A stored file, streamed (with single-range support) or redirected to the storage URL."""
+def _stream_from_storage(request, storage_name, size, content_type=CONTENT_TYPE, etag="", *, redirect=True):
+    """A stored file, streamed (with single-range support) or redirected to the storage URL
+    (with ``SERVE_BY_REDIRECT``, unless ``redirect`` is false: a restricted set's files, whose
+    storage URL checks no token, are always streamed)."""
     store = storage.get_storage()
-    if app_settings.SERVE_BY_REDIRECT:
+    if app_settings.SERVE_BY_REDIRECT and redirect:
         return HttpResponseRedirect(store.url(storage_name))
     byte_range = _byte_range(request, size, etag)
     if byte_range is False:
@@ -257,7 +260,8 @@ def live(request, slug, name, capability):
     else:
         response = _conditional(
             request, served.etag, served.last_modified,
-            lambda: _stream_from_storage(request, served.storage_name, served.size, served.media_type, served.etag),
+            lambda: _stream_from_storage(request, served.storage_name, served.size, served.media_type, served.etag,
+                                         redirect=resource_set.is_public),
         )
     for header, value in served.headers.items():
         response.headers[header] = value

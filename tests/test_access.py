@@ -5,6 +5,7 @@ import datetime
 import hashlib
 import io
 import logging
+import time
 
 import pytest
 from django.core import checks
@@ -271,7 +272,7 @@ def test_the_command_issues_lists_and_revokes_tokens(partners):
     listing = io.StringIO()
     call_command("resourcesync_token", "list", stdout=listing)
     assert "Partner" in listing.getvalue() and token not in listing.getvalue() and "valid" in listing.getvalue()
-    call_command("resourcesync_token", "revoke", "Partner", stdout=io.StringIO())
+    call_command("resourcesync_token", "revoke", "--name", "Partner", stdout=io.StringIO())
     assert fetch(f"/resourcesync/{PARTNERS}/resourcelist.xml", **bearer(token))[0] == 401
 
 
@@ -345,3 +346,64 @@ def test_a_token_set_change_ends_the_subscriptions_of_sets_it_no_longer_opens(pa
     record.sets.remove(partners)
     assert not Subscription.objects.filter(pk=subscription.pk).exists()
 
+
+
+# --- what a review found ---------------------------------------------------------------------------
+
+
+def test_a_restricted_sets_stored_files_are_streamed_even_where_the_others_are_redirected(partners, settings):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "SERVE_BY_REDIRECT": True}
+    token = issue(partners)
+    assert fetch("/resourcesync/metadata/resourcelist.xml")[0] == 302
+    status, body, _ = fetch(f"/resourcesync/{PARTNERS}/resourcelist.xml", **bearer(token))
+    assert status == 200 and b"<urlset" in body
+
+
+def test_the_description_page_of_a_set_for_partners_is_for_them_alone(partners):
+    assert Client().get(f"/about/sets/{PARTNERS}/").status_code == 404
+    response = Client().get(f"/about/sets/{PARTNERS}/", headers=bearer(issue(partners)))
+    assert response.status_code == 200 and "private" in response["Cache-Control"]
+
+
+def test_a_set_form_without_the_access_field_keeps_the_sets_access(partners):
+    from django_resourcesync.admin import ResourceSetForm
+
+    form = ResourceSetForm(
+        {"name": partners.name, "slug": partners.slug, "source": partners.source, "lookups": "{}",
+         "capabilities": ["resourcelist"], "enabled": "on", "position": 4},
+        instance=partners,
+    )
+    assert form.is_valid(), form.errors
+    assert form.save().access == "token"
+
+
+def test_a_disabled_set_for_partners_opens_the_site_view_no_more(partners):
+    token = issue(partners)
+    ResourceSet.objects.filter(pk=partners.pk).update(enabled=False)
+    response = Client().get(f"/items/{partners.hidden[0].pk}/metadata.xml", headers=bearer(token))
+    assert response.status_code == 404 and "Authorization" in response["Vary"]
+
+
+def test_the_hub_says_nothing_of_a_restricted_sets_channels_without_its_token(partners):
+    for channel in ("change-notification", "framework-notification", "nonsense"):
+        response = Client().post("/resourcesync/hub", {
+            "hub.mode": "subscribe", "hub.callback": "https://partner.example.org/cb",
+            "hub.topic": f"http://testserver/resourcesync/{PARTNERS}/{channel}",
+        })
+        assert response.status_code == 401, channel
+
+
+def test_editing_a_set_for_partners_leaves_the_public_source_descriptions_date_alone(partners):
+    time.sleep(1.1)  # a live document's date is sent once its second is over
+    before = fetch("/.well-known/resourcesync")[2]["Last-Modified"]
+    partners.name = "Renamed for partners"
+    partners.save()
+    assert fetch("/.well-known/resourcesync")[2]["Last-Modified"] == before
+
+
+def test_the_api_refuses_a_token_that_would_be_born_expired_and_its_answer_is_never_stored(partners, admin_client):
+    refused = admin_client.post("/resourcesync/api/tokens/", {"name": "X", "sets": [PARTNERS], "expires": "2001-01-01T00:00Z"},
+                                content_type="application/json")
+    assert refused.status_code == 400 and "expires" in refused.json()
+    issued = admin_client.post("/resourcesync/api/tokens/", {"name": "X", "sets": [PARTNERS]}, content_type="application/json")
+    assert issued.status_code == 201 and issued["Cache-Control"] == "no-store"

@@ -11,6 +11,7 @@ site's time zone.
 """
 
 from django.db import models
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
@@ -311,6 +312,11 @@ class AccessTokenSerializer(ModelSerializer):
     @extend_schema_field(OpenApiTypes.STR)  # valid, expired or revoked (no enum: "state" names one already)
     def get_state(self, obj):
         return obj.state()
+
+    def validate_expires(self, expires):
+        if expires is not None and expires <= timezone.now():
+            raise serializers.ValidationError(_("The expiry is in the past: the token would open nothing."))
+        return expires
 
     def validate_sets(self, sets):
         public = sorted(s.slug for s in sets if s.is_public)

@@ -442,7 +442,8 @@ class AccessTokenViewSet(ApiView, mixins.ListModelMixin, mixins.RetrieveModelMix
         data = serializer.validated_data
         record, token = access.issue(data["name"], data["sets"], expires=data.get("expires"))
         answer = serializers.IssuedTokenSerializer(record, context=self.get_serializer_context()).data
-        return Response({**answer, "token": token}, status=status.HTTP_201_CREATED)
+        # The token is in this answer alone: no cache may keep it.
+        return Response({**answer, "token": token}, status=status.HTTP_201_CREATED, headers={"Cache-Control": "no-store"})
 
     @described(
         summary="Revoke a token (managers)",

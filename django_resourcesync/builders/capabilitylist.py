@@ -79,8 +79,11 @@ def source_description(part=None):
     # Every set's configuration counts, disabled ones too: disabling a set changes this document.
     # A deleted set takes its date with it: the Source's own clock keeps when that happened, so
     # the date never goes backwards and a client's If-Modified-Since never hides the change.
+    # A set for partners that it does not list has no say (its edits are nobody else's business);
+    # one that goes from public to restricted or back touches the Source's clock (models.py).
+    sets = ResourceSet.objects.all() if app_settings.LIST_TOKEN_SETS else ResourceSet.objects.exclude(access="token")
     last_modified = max(
-        filter(None, [ResourceSet.objects.aggregate(latest=Max("modified"))["latest"], SourceState.changed_at()]), default=None
+        filter(None, [sets.aggregate(latest=Max("modified"))["latest"], SourceState.changed_at()]), default=None
     )
     found = public_sets()
     last_modified = max(filter(None, [last_modified, *(changed for _set, changed in found)]), default=None)

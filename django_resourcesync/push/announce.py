@@ -178,7 +178,7 @@ def _record(resource_set, capability, entries, *, up=True):
     )
     now = timezone.now()
     if app_settings.HUB_URL and not resource_set.is_public:
-        deliveries = []  # an external hub would hand a restricted set's changes to anyone (check W014)
+        deliveries = []  # an external hub would hand a restricted set's changes to anyone (check W015)
     elif app_settings.HUB_URL:
         give_up = now + timedelta(seconds=app_settings.HUB_GIVE_UP_SECONDS)
         deliveries = [Delivery(notification=notification, target=app_settings.HUB_URL, to_hub=True, give_up=give_up)]

@@ -94,6 +94,16 @@ def parse_request(data):
     return mode, resource_set, capability, callback, lease, secret
 
 
+def set_of_topic(topic):
+    """The enabled set whose route ``topic`` names, whatever its channels; ``None`` for none."""
+    try:
+        match = resolve(urlsplit(topic).path)
+    except (Resolver404, ValueError):
+        return None
+    slug = match.kwargs.get("slug")
+    return ResourceSet.objects.filter(slug=slug, enabled=True).first() if isinstance(slug, str) else None
+
+
 def topic_of(topic):
     """``(resource_set, capability)`` of a topic URI of this Source, or :class:`BadRequest`."""
     unknown = BadRequest("hub.topic is not a channel of this Source")

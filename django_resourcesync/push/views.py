@@ -6,7 +6,7 @@ from django.views.decorators.http import require_POST
 
 from .. import access
 from ..conf import app_settings
-from .hub import BadRequest, parse_request, subscribe_later
+from .hub import BadRequest, parse_request, set_of_topic, subscribe_later
 
 
 def _text(message, status):
@@ -20,16 +20,19 @@ def hub(request):
     4xx with the reason."""
     if app_settings.HUB_URL:
         return _text(f"This Source's hub is {app_settings.HUB_URL}", 404)
+    token = None
+    named = set_of_topic(request.POST.get("hub.topic", ""))
+    if named is not None:
+        try:
+            # A restricted set's channel: the subscriber sends its token (before anything is
+            # said of the set's channels), and the subscription lasts as long as the token does.
+            token = access.check(request, named)
+        except access.Denied as denied:
+            return denied.response()
     try:
         parsed = parse_request(request.POST)
     except BadRequest as exc:
         return _text(str(exc), 400)
-    mode, resource_set = parsed[0], parsed[1]
-    try:
-        # A restricted set's channel: the subscriber sends its token, and the subscription
-        # lasts as long as the token does.
-        token = access.check(request, resource_set)
-    except access.Denied as denied:
-        return denied.response()
+    mode = parsed[0]
     subscribe_later(*parsed, token=token)
     return _text(f"Accepted: the {mode} request is verified at the callback next.", 202)

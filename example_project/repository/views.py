@@ -11,6 +11,7 @@ from django.template.loader import get_template
 from django.utils import timezone
 from django.utils.http import http_date
 
+from django_resourcesync import access
 from django_resourcesync.access import token_access
 from django_resourcesync.models import ResourceSet
 
@@ -58,7 +59,14 @@ def about_source(request):
 
 
 def about_set(request, slug):
+    """A set's description; that of a set for partners to the holders of its token only."""
     resource_set = get_object_or_404(ResourceSet, slug=slug, enabled=True)
+    if not resource_set.is_public:
+        try:
+            access.check(request, resource_set)
+        except access.Denied:
+            raise Http404("No such set") from None
+        return access.private(render(request, "repository/about_set.html", {"set": resource_set}))
     return render(request, "repository/about_set.html", {"set": resource_set})
 
 

@@ -42,8 +42,12 @@ class Command(BaseCommand):
                             help="A set for partners it opens (repeatable).")
         create.add_argument("--expires", help="Days from now, or a datetime (ISO 8601); default: never.")
         commands.add_parser("list", help="The tokens, one a line (never the tokens themselves).")
-        revoke = commands.add_parser("revoke", help="Revoke tokens now: by id, by Destination name, or by the token's beginning.")
-        revoke.add_argument("which", help="A token's id, a Destination's name (all its tokens), or the token's beginning.")
+        revoke = commands.add_parser("revoke", help="Revoke tokens now, and end the subscriptions they made.")
+        which = revoke.add_mutually_exclusive_group(required=True)
+        which.add_argument("--id", type=int, help="The token with this id (see 'list').")
+        which.add_argument("--name", help="Every token of this Destination.")
+        which.add_argument("--prefix", help=f"The token that begins so (its first {access.SHOWN} characters, as 'list' shows).")
+        which.add_argument("--token", help="This token (the whole of it).")
 
     def handle(self, *args, action, **options):
         return getattr(self, f"handle_{action}")(**options)
@@ -77,19 +81,18 @@ class Command(BaseCommand):
             self.stdout.write(f"{record.pk}\t{record.prefix}…\t{record.name}\t{sets}\t{record.state()}\t"
                               f"expires {expires}\tlast used {last_used}")
 
-    def handle_revoke(self, which, **options):
-        which = which.strip()
-        if which.isdigit():
-            tokens = AccessToken.objects.filter(pk=int(which))
-        elif which.startswith(access.TOKEN_PREFIX):
-            if len(which) < access.SHOWN:
-                raise CommandError(f"Give at least the first {access.SHOWN} characters of the token.")
-            tokens = AccessToken.objects.filter(digest=access.digest(which))  # the whole token
-            if not tokens.exists():
-                tokens = AccessToken.objects.filter(prefix=which[: access.SHOWN])
+    def handle_revoke(self, id=None, name=None, prefix=None, token=None, **options):
+        if id is not None:
+            tokens, which = AccessToken.objects.filter(pk=id), f"id {id}"
+        elif name is not None:
+            tokens, which = AccessToken.objects.filter(name=name), f"Destination {name!r}"
+        elif prefix is not None:
+            if len(prefix) != access.SHOWN:
+                raise CommandError(f"--prefix takes the first {access.SHOWN} characters of a token, as 'list' shows them.")
+            tokens, which = AccessToken.objects.filter(prefix=prefix), f"beginning {prefix!r}"
         else:
-            tokens = AccessToken.objects.filter(name=which)
+            tokens, which = AccessToken.objects.filter(digest=access.digest(token)), "the token given"
         if not tokens.exists():
-            raise CommandError(f"No token matches {which!r} (see 'resourcesync_token list').")
+            raise CommandError(f"No token has {which} (see 'resourcesync_token list').")
         count = access.revoke(tokens)
         self.stdout.write(f"{count} token(s) revoked" + ("" if count else " (already revoked)") + ".")

@@ -2,6 +2,7 @@
 bytes), prior versions of the files and records, a login for the admin and a partner's token for
 the set for partners. Idempotent; prints the login, the token and where to use them."""
 
+import os
 import secrets
 
 from django.conf import settings
@@ -53,8 +54,9 @@ class Command(BaseCommand):
         record = AccessToken.objects.filter(digest=access.digest(token)).first() if token else None
         if record is None or record.state() != "valid":
             _record, token = access.issue("Demo partner", [partners])
-            path.write_text(token)
-            path.chmod(0o600)
+            path.unlink(missing_ok=True)
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+                handle.write(token)  # readable by the demo's user alone from the start
         return token
 
     def password(self):
