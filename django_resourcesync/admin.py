@@ -241,7 +241,7 @@ class ResourceSetAdmin(admin.ModelAdmin):
         verdict = _("OK") if not report.problems else _("%(count)d problem(s)") % {"count": len(report.problems)}
         state = "published" if not report.problems else "failed"
         return format_html('<span class="resourcesync-state resourcesync-state-{}" title="{}">{}</span> {}', state,
-                           when(report.finished), verdict, timesince(report.finished))
+                           when(report.finished), verdict, _("%(age)s ago") % {"age": timesince(report.finished)})
 
     @admin.display(description=_("last audit"))
     def audit_report(self, obj):
@@ -259,9 +259,13 @@ class ResourceSetAdmin(admin.ModelAdmin):
     @admin.display(description=_("set"), ordering="name")
     def set_name(self, obj):
         return format_html(
-            '<strong>{}</strong><br><span class="resourcesync-quiet">{} · {}</span>{}', obj.name, obj.slug, obj.source,
+            '<strong>{}</strong><br><span class="resourcesync-quiet">{} · {}</span>{}{}', obj.name, obj.slug, obj.source,
             "" if obj.enabled else format_html(
                 ' <span class="resourcesync-state resourcesync-state-not-built">{}</span>', _("disabled")
+            ),
+            "" if obj.is_public else format_html(
+                ' <span class="resourcesync-state resourcesync-state-building" title="{}">{}</span>',
+                _("Read with a token only (see Access tokens)"), _("for partners"),
             ),
         )
 

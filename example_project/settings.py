@@ -195,6 +195,7 @@ CELERY_BEAT_SCHEDULE = {
     "resourcesync-package-changes": {"task": "resourcesync.package_changes", "schedule": crontab(hour=0, minute=10)},
     "resourcesync-sweep-storage": {"task": "resourcesync.sweep_storage", "schedule": crontab(minute=35)},
     "resourcesync-deliver-due": {"task": "resourcesync.deliver_due", "schedule": 60.0},
+    "resourcesync-audit": {"task": "resourcesync.audit", "schedule": crontab(hour=4, minute=0)},
 }
 
 # With django-celery-beat (the ``beat`` extra), schedules live in the database, edited in the admin.

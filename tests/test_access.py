@@ -6,6 +6,7 @@ import hashlib
 import io
 import logging
 import time
+import zipfile
 
 import pytest
 from django.core import checks
@@ -173,18 +174,30 @@ def public_texts(client):
         assert status == 200
         texts.append(body)
         for entry in entries(check_document(body, "capabilitylist")):
-            if md(entry)["capability"].endswith("notification"):
-                continue
+            kind = md(entry)["capability"]
             status, body, _ = fetch(path_of(entry.find(f"{{{SM}}}loc").text), client)
             texts.append(body)
+            if kind in ("resourcedump", "changedump"):  # every package: its names, its manifest
+                for package in entries(check_document(body, kind)):
+                    _status, data, _ = fetch(path_of(package.find(f"{{{SM}}}loc").text), client)
+                    with zipfile.ZipFile(io.BytesIO(data)) as opened:
+                        texts += [name.encode() for name in opened.namelist()] + [opened.read("manifest.xml")]
     texts.append(fetch("/robots.txt", client)[1])
     for endpoint in ("sets/", "documents/", "changes/"):
         texts.append(fetch(f"/resourcesync/api/{endpoint}", client)[1])
     return b"\n".join(texts)
 
 
-def test_nothing_the_public_reads_names_the_restricted_set_or_its_private_resources(partners):
+def test_nothing_the_public_reads_names_the_restricted_set_or_its_private_resources(partners, committing):
+    # (What the hub sends of a restricted set, and to whom: tests/test_push.py.)
+    with committing():  # a change of every item: Change Lists and Change Dump packages of both sets
+        for item in Item.objects.all():
+            item.title += " (changed)"
+            item.save()
+    for resource_set in ResourceSet.objects.filter(slug__in=[PARTNERS, "metadata"]):
+        rebuild_set(resource_set)
     text = public_texts(Client())
+    assert b"changedump/" in text and b"manifest" in text  # the walk did open the public packages
     assert PARTNERS.encode() not in text
     for item in partners.hidden:
         assert f"/items/{item.pk}/".encode() not in text

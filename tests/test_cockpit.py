@@ -3,6 +3,7 @@ change activity, the buttons of a set's page, and the pages a manager reads (one
 sizes in human units, URIs as links); and the demo that shows it all."""
 
 import datetime
+import io
 import os
 import re
 import socket
@@ -365,3 +366,42 @@ def test_the_sets_page_reads_a_bounded_number_of_queries_per_set(admin_client, d
     sets = ResourceSet.objects.count()
     with django_assert_max_num_queries(12 * sets + 20):
         assert admin_client.get("/admin/resourcesync/resourceset/").status_code == 200
+
+
+def test_in_a_browser_a_manager_issues_a_partners_token_reads_it_once_and_sees_each_sets_last_audit(
+    browser, live_admin, seed
+):
+    import urllib.error
+    import urllib.request
+
+    from django.core.management import call_command
+
+    from .conftest import demo_set
+
+    seed(3)
+    partners, metadata = demo_set("all-records"), demo_set("metadata")
+    build(partners)
+    build(metadata)
+    call_command("resourcesync_audit", "--set", "metadata", "--sample", "2", stdout=io.StringIO())
+    browser.log_in(live_admin, "manager", "a-long-demo-password")
+    browser.get(f"{live_admin}/admin/resourcesync/accesstoken/add/")
+    browser.find("#id_name").send_keys("Partner Library")
+    browser.driver.find_element("css selector", f"#id_sets option[value='{partners.pk}']").click()
+    browser.find("input[name=_save]").click()
+    browser.wait_for(lambda driver: driver.find_elements("css selector", "#issued-token"))
+    token = browser.find("#issued-token").get_attribute("value")
+    assert token.startswith("rs_") and "not shown again" in browser.text()
+    browser.keep("issued")
+    request = urllib.request.Request(f"{live_admin}/resourcesync/all-records/resourcelist.xml",
+                                     headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 200
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{live_admin}/resourcesync/all-records/resourcelist.xml", timeout=30)
+    assert refused.value.code == 401
+    browser.get(f"{live_admin}/admin/resourcesync/accesstoken/")
+    assert "Partner Library" in browser.text() and token not in browser.driver.page_source
+    browser.get(f"{live_admin}/admin/resourcesync/resourceset/")
+    assert "OK" in [element.text for element in browser.find_all(".resourcesync-state")]
+    assert "never" in browser.text()  # the sets not audited yet
+    browser.keep("sets")
