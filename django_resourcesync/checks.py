@@ -287,10 +287,11 @@ def _token_set_errors(resource_set):
     errors = []
     if app_settings.SERVE_BY_REDIRECT:
         errors.append(Warning(
-            f"Resource set {resource_set.slug!r} is for partners with a token, but SERVE_BY_REDIRECT sends its stored "
-            "documents and dumps to the storage's URLs, which check no token: whoever learns such a URL reads them.",
-            hint="Turn SERVE_BY_REDIRECT off (the app then streams them after checking the token), or make sure the "
-            "storage's URLs are signed and short-lived (S3: querystring_auth with a short querystring_expire).",
+            f"Resource set {resource_set.slug!r} is for partners with a token, and SERVE_BY_REDIRECT is on: the app "
+            "streams this set's stored documents and dumps itself, after checking the token, never redirecting to the "
+            "storage, whose URLs check no token.",
+            hint="Nothing to do if this is what you want; make sure the storage itself is not readable by the public "
+            "(S3: a private bucket, querystring_auth on).",
             obj=resource_set, id="resourcesync.W014",
         ))
     if app_settings.HUB_URL and any(capabilities.get(name).channel for name in resource_set.capabilities or []
