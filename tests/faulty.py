@@ -491,7 +491,7 @@ def check_source(*, sweep=True, public=True):
         if kind != "orphans" or sweep:
             problems += [f"storage: {kind}: {name}" for name in names]
     if public:
-        for resource_set in ResourceSet.objects.filter(enabled=True):
+        for resource_set in ResourceSet.objects.public():  # what the public reads (a set for partners is not)
             if resource_set.has_capability("resourcelist"):
                 if resource_set.slug not in served.resources:
                     problems.append(f"{resource_set.slug}: no Resource List served")

@@ -125,7 +125,7 @@ def test_rebuilds_killed_at_random_points_leave_whole_documents_and_the_next_reb
     for args in (["migrate", "--no-input", "-v0"], ["seed_repository", "--items", str(ITEMS), "-v0"]):
         done = site.manage(*args)
         assert done.returncode == 0, done.stderr
-    assert site.ask("enable") == ["bitstreams", "metadata", "pages"]
+    assert site.ask("enable") == ["all-records", "bitstreams", "metadata", "pages"]
     typical = rebuilt(site)
     assert_checks_pass(site)
     rng = random.Random(SEED)
