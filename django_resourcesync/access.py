@@ -167,15 +167,6 @@ def check(request, resource_set):
     return record
 
 
-def may_read(request, resource_set):
-    """:func:`check` as a yes or no."""
-    try:
-        check(request, resource_set)
-    except Denied:
-        return False
-    return True
-
-
 def used(request, record, where):
     """Log a use of a token, with its Destination's name, and note when it was last used."""
     logger.info("%s read %s %s with token %s… (%s)", record.name, request.method, request.get_full_path()[:500],

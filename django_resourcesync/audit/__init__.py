@@ -319,7 +319,7 @@ def _resourcesync_links(values):
     found = []
     for value in values:
         for target, params in LINK_RE.findall(value):
-            if re.search(r'rel\s*=\s*"?([^";]*\s)?resourcesync(\s[^";]*)?"?', params):
+            if re.search(r'rel\s*=\s*"?([^";]*\s)?resourcesync(?=[\s";]|$)', params):
                 found.append(target)
     return found
 
