@@ -291,11 +291,10 @@ class Auditor:
                     self.report.problem(uri, f"the manifest names {path!r}, which is not in the package")
                 continue
             digests, size = {"md5": hashlib.md5(), "sha-256": hashlib.sha256()}, 0
+            hashing = _Hashing(None, digests.values())
             with package.open(member) as bitstream:
                 while chunk := bitstream.read(CHUNK):
-                    size += len(chunk)
-                    for value in digests.values():
-                        value.update(chunk)
+                    size += hashing.write(chunk)
             self._compare(f"{uri}#{member}", meta, size, {name: value.hexdigest() for name, value in digests.items()},
                           "the manifest gives it")
         for name in names:
@@ -382,7 +381,7 @@ def _published_digests(base):
     return published
 
 
-def record(report, sets=None):
+def record(report):
     """Keep the part of ``report`` about each of this site's sets it walked (the admin shows the
     last one per set)."""
     from django.urls import Resolver404, resolve

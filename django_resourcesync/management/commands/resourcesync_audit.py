@@ -42,7 +42,7 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         if not base or base.rstrip("/") == (app_settings.BASE_URL or "").rstrip("/"):
-            record(report, sets)
+            record(report)
         for line in report.lines():
             self.stdout.write(line)
         if not report.ok:
