@@ -1,6 +1,7 @@
 """Reconcile near the read limit: fingerprints made and compared in the database, file sizes from
 the storage's listing, and the same changes found as before."""
 
+import hashlib
 import importlib
 import os
 import socket
@@ -328,3 +329,50 @@ def test_file_sizes_on_s3_come_from_the_listing_not_a_request_per_file(sizes_fro
         assert len(requests) <= 10, requests  # the listing, then the one file read
     finally:
         s3.meta.events.unregister("before-send.s3", count)
+
+
+def test_sqlite_keeps_a_short_text_as_its_own_fingerprint_and_upgrades_digests_without_reading(
+    tracked, committing, monkeypatch
+):
+    """On SQLite a short text of the values is the fingerprint (no Python digest a row); the
+    records an older version wrote, its MD5 digest, are rewritten by the next reconcile with no
+    event and no object's bytes read again (their hashes still stand)."""
+    from django.db import connection
+    from django.db.models import F
+
+    from django_resourcesync import fingerprints
+
+    if connection.vendor != "sqlite":
+        pytest.skip("the short form is SQLite's")
+    bitstreams, _metadata = tracked
+    source = bitstreams.get_source()
+    lookups = source._fingerprint_digest[0]
+    old_form = fingerprints.MD5(fingerprints._Joined(*(fingerprints._Quoted(F(lookup)) for lookup in lookups)))
+    queryset = source.queryset(bitstreams.lookups)
+    digests = dict(queryset.annotate(old=old_form).values_list("pk", "old"))
+    records = Resource.objects.filter(resource_set=bitstreams)
+    recorded = dict(records.values_list("object_pk", "fingerprint"))
+    assert recorded and all(fingerprint.startswith("=") for fingerprint in recorded.values())
+    # The old form is what SQLite's MD5 made of the same text.
+    assert {key: fingerprints.digested_form(fp) for key, fp in recorded.items()} == {str(k): v for k, v in digests.items()}
+    for key, fingerprint in recorded.items():
+        records.filter(object_pk=key).update(fingerprint=fingerprints.digested_form(fingerprint))
+    before = events(bitstreams)
+    read = []
+    original = type(source).bitstream
+    monkeypatch.setattr(type(source), "bitstream", lambda self, obj: read.append(obj.pk) or original(self, obj))
+    with committing():
+        counts = tracking.reconcile(bitstreams)
+    assert counts.unchanged == len(recorded) and counts.created == counts.updated == counts.deleted == 0
+    assert read == [], "no bytes read again"
+    assert events(bitstreams) == before
+    assert dict(records.values_list("object_pk", "fingerprint")) == recorded
+
+
+def test_the_digested_form_of_a_short_fingerprint_keeps_the_sizes_apart():
+    from django_resourcesync.fingerprints import digested_form
+
+    assert digested_form("0" * 32) is None  # a digest already
+    assert digested_form("='a:1',5") == hashlib.md5(b"'a:1',5").hexdigest()  # a colon inside a literal
+    assert digested_form("='a',5:12,") == hashlib.md5(b"'a',5").hexdigest() + ":12,"  # the sizes of two files
+    assert digested_form("='a',NULL:") == hashlib.md5(b"'a',NULL").hexdigest() + ":"  # no file

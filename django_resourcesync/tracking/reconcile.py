@@ -7,7 +7,7 @@ from django.db import DataError, connections, models, transaction
 from django.db.models import Case, Exists, OuterRef, Q, Subquery, When
 from django.db.models.functions import Cast
 
-from .. import bulk, sharing
+from .. import bulk, fingerprints, sharing
 from ..conf import app_settings
 from ..models import LeftOut, Resource, ResourceSet
 from .changelog import start_log
@@ -143,11 +143,11 @@ def _reconcile_in_database(resource_set, source, queryset, batch_size, record_ev
     # The record of the object: its key cast to text on the object's side, so that the lookup
     # uses the record's (set, key) index.
     record = Resource.objects.filter(resource_set=resource_set, object_pk=Cast(OuterRef("pk"), models.CharField()))
-    annotated = queryset.order_by().annotate(_rs_fingerprint=expression)
+    annotated = queryset.order_by().annotate(**fingerprints.annotations(expression))
     total = queryset.count()
     stale_seen = 0
     if not files:
-        rows = annotated.filter(~Exists(record.filter(fingerprint=OuterRef("_rs_fingerprint"))))
+        rows = annotated.filter(~Exists(record.filter(fingerprints.recorded_is(expression))))
         for batch in _batches(rows.values_list("pk", "_rs_fingerprint"), batch_size):
             stale_seen += len(batch)
             _describe_again(resource_set, queryset, {str(pk): _stored(digest) for pk, digest in batch}, record_events, counts)

@@ -12,6 +12,7 @@ from django.utils import timezone
 from .. import bulk, versions
 from ..entries import Representation
 from ..exceptions import UnpublishableResource
+from ..fingerprints import digested_form
 from ..models import LeftOut, PreparedEntry, Resource
 from ..signals import resources_left
 from ..versions import StoreUnavailable
@@ -82,8 +83,12 @@ def matching_fingerprints(resource_set, fingerprints):
 
 def vouches(known, fingerprint):
     """Whether the record ``known`` (a dict, or ``None``) still gives the hashes of an object
-    whose fingerprint is ``fingerprint``: the bytes need not be read."""
-    return known is not None and bool(fingerprint) and known["fingerprint"] == fingerprint and bool(known["sha256"])
+    whose fingerprint is ``fingerprint``: the bytes need not be read. A record of the form
+    fingerprints had before (a digest where SQLite now keeps a short text) vouches too: an
+    upgrade rewrites such records without reading every object's bytes again."""
+    if known is None or not fingerprint or not known["sha256"]:
+        return False
+    return known["fingerprint"] == fingerprint or known["fingerprint"] == digested_form(fingerprint)
 
 
 def entry_values(source, obj, known=None, fingerprint=None, read=None):
