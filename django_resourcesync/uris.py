@@ -5,7 +5,8 @@ import re
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from django.core.exceptions import ImproperlyConfigured
-from django.urls import reverse
+from django.urls import converters, get_script_prefix, get_urlconf, resolve, reverse
+from django.utils.http import RFC3986_SUBDELIMS
 
 from . import capabilities
 from .conf import app_settings
@@ -95,6 +96,86 @@ def encode_uri(iri):
         )
     )
 
+
+
+# -- reverse() once per URL name ------------------------------------------------------------
+
+
+class PathReverser:
+    """``reverse(viewname, kwargs=...)`` for one URL name, made quick for describing many objects.
+
+    ``reverse()`` walks the URLconf's patterns on every call (some 30 µs): three URIs an entry
+    make it most of what describing a changed file costs. This reverses the name once with
+    stand-in values, learns where each parameter goes, and then writes the path of any values
+    directly. It is meant for a name with one pattern whose parameters use Django's ``int``,
+    ``str``, ``slug`` or ``path`` converters: a value those converters would refuse, another
+    converter, a name it cannot learn, all go through ``reverse()``, which answers (or raises
+    ``NoReverseMatch``) as ever. One instance serves every URLconf and script prefix::
+
+        item_path = PathReverser("repository:item")
+        item_path(pk=7)  # "/items/7/", as reverse("repository:item", kwargs={"pk": 7})
+    """
+
+    #: Converters whose ``to_url`` is ``str()``: the path of a value is its text, checked against
+    #: the converter's pattern and escaped as ``reverse()`` escapes it.
+    PLAIN = (converters.IntConverter, converters.StringConverter, converters.SlugConverter, converters.PathConverter)
+    _PARAMETER = re.compile(r"<(?:(?P<converter>[^>:]+):)?(?P<name>[^>]+)>")
+    _SAFE = RFC3986_SUBDELIMS + "/~:@"
+
+    def __init__(self, viewname):
+        self.viewname = viewname
+        self._templates = {}
+
+    def __call__(self, **kwargs):
+        key = (get_urlconf(), get_script_prefix(), tuple(kwargs))
+        template = self._templates.get(key, False)
+        if template is False:
+            template = self._templates[key] = self._learn(kwargs)
+        if template is not None:
+            parts, slots = template
+            path = [parts[0]]
+            for (name, pattern, plain_digits), part in zip(slots, parts[1:]):
+                text = str(kwargs[name])
+                if not pattern.fullmatch(text):
+                    return reverse(self.viewname, kwargs=kwargs)
+                path.append(text if plain_digits else quote(text, safe=self._SAFE))
+                path.append(part)
+            return "".join(path)
+        return reverse(self.viewname, kwargs=kwargs)
+
+    def _learn(self, kwargs):
+        """``(parts, slots)``: the path reversed with stand-ins cut at each, and per parameter
+        in order its name, its converter's pattern and whether its text needs no escaping; or
+        ``None`` where this name is left to ``reverse()``."""
+        names = list(kwargs)
+        # Stand-ins that every one of those converters takes, of one length, none inside another.
+        stand_ins = {name: f"7051966{index:04d}3" for index, name in enumerate(names)}
+        try:
+            path = reverse(self.viewname, kwargs=stand_ins)
+            prefix = get_script_prefix()
+            match = resolve("/" + path[len(prefix):] if path.startswith(prefix) else path)
+        except Exception:  # noqa: BLE001 - NoReverseMatch, Resolver404, a converter's own error
+            return None
+        if match.view_name != self.viewname or not match.route or "(?P<" in match.route:
+            return None  # another name's pattern, or a regular expression's (re_path)
+        known = converters.get_converters()
+        found = {}
+        for parameter in self._PARAMETER.finditer(match.route):
+            converter = known.get(parameter["converter"] or "str")
+            found[parameter["name"]] = converter
+        if set(found) != set(names) or not all(type(found[name]) in self.PLAIN for name in names):
+            return None
+        at = sorted((path.find(stand_in), name) for name, stand_in in stand_ins.items())
+        if any(path.count(stand_ins[name]) != 1 for name in names):
+            return None
+        parts, slots, start = [], [], 0
+        for position, name in at:
+            parts.append(path[start:position])
+            converter = found[name]
+            slots.append((name, re.compile(converter.regex), isinstance(converter, converters.IntConverter)))
+            start = position + len(stand_ins[name])
+        parts.append(path[start:])
+        return parts, slots
 
 
 # -- the Source's own documents ---------------------------------------------------------------

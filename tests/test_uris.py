@@ -318,3 +318,74 @@ def test_a_resource_dump_unpacks_to_distinct_portable_files(bitstreams):
     for entry in entries(manifest):
         uri = entry.find(f"{{{SM}}}loc").text
         assert archive.read(md(entry)["path"][1:]) == fetch(path_of(uri))[1]
+
+
+# --- reverse() learnt once (PathReverser) -----------------------------------------------------
+
+ODD_VALUES = [
+    {"item": 1, "pk": 2, "name": "a b.txt"},
+    {"item": 10, "pk": 0, "name": "dir/ü %41.pdf"},  # a folder, non-ASCII, a percent sign
+    {"item": "3", "pk": 4, "name": "?#[]@!$&'()*+,;=~:"},
+    {"item": 1, "pk": 2, "name": "a\nb"},  # the path converter refuses a line break
+    {"item": 1, "pk": 2, "name": ""},  # and an empty name
+    {"item": -1, "pk": 2, "name": "x"},  # the int converter a sign
+    {"item": True, "pk": 1, "name": "x"},
+    {"item": 1, "pk": 2, "name": "\ud800"},  # a lone surrogate: no UTF-8 for it
+]
+
+
+def reversed_or_error(call):
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - the error is what is compared
+        return type(exc)
+
+
+@pytest.mark.parametrize("values", ODD_VALUES)
+def test_a_path_reverser_writes_what_reverse_writes(values):
+    from django.urls import reverse
+
+    from django_resourcesync.uris import PathReverser
+
+    file_path = PathReverser("repository:file")
+    file_path(item=5, pk=6, name="first.txt")  # learnt from a first call
+    expected = reversed_or_error(lambda: reverse("repository:file", kwargs=values))
+    assert reversed_or_error(lambda: file_path(**values)) == expected
+
+
+def test_a_path_reverser_follows_the_script_prefix_and_the_urlconf():
+    from django.urls import clear_script_prefix, reverse, set_script_prefix, set_urlconf
+
+    from django_resourcesync.uris import PathReverser
+
+    item_path = PathReverser("repository:item")
+    assert item_path(pk=7) == reverse("repository:item", kwargs={"pk": 7}) == "/items/7/"
+    set_script_prefix("/site/")
+    try:
+        assert item_path(pk=8) == "/site/items/8/"
+        set_urlconf("tests.urls_elsewhere")
+        assert item_path(pk=9) == reverse("repository:item", kwargs={"pk": 9}) == "/site/elsewhere/items/9/"
+    finally:
+        set_urlconf(None)
+        clear_script_prefix()
+    assert item_path(pk=7) == "/items/7/"
+    assert len(item_path._templates) == 3, "one learnt per URLconf and prefix"
+
+
+def test_a_name_a_path_reverser_cannot_learn_goes_through_reverse():
+    from django.urls import NoReverseMatch, reverse
+
+    from django_resourcesync.uris import PathReverser
+
+    # A regular expression's pattern (re_path), and a name that does not exist.
+    pattern = PathReverser("elsewhere-regex")
+    from django.urls import set_urlconf
+
+    set_urlconf("tests.urls_elsewhere")
+    try:
+        assert pattern(pk=12) == reverse("elsewhere-regex", kwargs={"pk": 12}) == "/regex/12/"
+        assert list(pattern._templates.values()) == [None]
+    finally:
+        set_urlconf(None)
+    with pytest.raises(NoReverseMatch):
+        PathReverser("repository:nothing")(pk=1)

@@ -1,7 +1,14 @@
 """A small institutional repository: collections of items, each with files (bitstreams)."""
 
 from django.db import models
-from django.urls import NoReverseMatch, reverse
+from django.urls import NoReverseMatch
+
+from django_resourcesync.uris import PathReverser
+
+# reverse() of these names, learnt once: describing a changed file makes three of its URLs.
+item_path = PathReverser("repository:item")
+item_metadata_path = PathReverser("repository:item-metadata")
+file_path = PathReverser("repository:file")
 
 
 class Collection(models.Model):
@@ -29,10 +36,10 @@ class Item(models.Model):
         return self.title
 
     def get_absolute_url(self):
-        return reverse("repository:item", kwargs={"pk": self.pk})
+        return item_path(pk=self.pk)
 
     def get_metadata_url(self):
-        return reverse("repository:item-metadata", kwargs={"pk": self.pk})
+        return item_metadata_path(pk=self.pk)
 
 
 def item_file_path(instance, filename):
@@ -84,7 +91,7 @@ class ItemFile(models.Model):
             return None
 
     def get_absolute_url(self):
-        return reverse("repository:file", kwargs={"item": self.item_id, "pk": self.pk, "name": self.name})
+        return file_path(item=self.item_id, pk=self.pk, name=self.name)
 
     def public_url(self):
         """The file's URL, or ``None`` where its name cannot be part of one (a line break)."""

@@ -2,12 +2,11 @@
 the files of public items, a Dublin Core record per public item, and the items' landing pages."""
 
 from django.db import DatabaseError
-from django.urls import reverse
 
 from django_resourcesync import bulk, links, sources
 
 from . import views
-from .models import Collection, Item, ItemFile
+from .models import Collection, Item, ItemFile, item_metadata_path, item_path
 
 
 @sources.register
@@ -51,8 +50,8 @@ class BitstreamSource(sources.ResourceSource):
 
     def links(self, obj):
         return [
-            links.collection(reverse("repository:item", kwargs={"pk": obj.item_id})),
-            links.describedby(reverse("repository:item-metadata", kwargs={"pk": obj.item_id}), type="application/xml"),
+            links.collection(item_path(pk=obj.item_id)),
+            links.describedby(item_metadata_path(pk=obj.item_id), type="application/xml"),
         ]
 
 
