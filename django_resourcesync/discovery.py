@@ -26,7 +26,7 @@ from django.http import HttpResponse
 from django.urls import NoReverseMatch, get_script_prefix, get_urlconf
 from django.views.decorators.http import require_safe
 
-from . import access, capabilities, uris
+from . import access, capabilities, rendering, uris
 from .capabilities import CHANGELIST
 from .conf import app_settings
 from .exceptions import NotRegistered, UnpublishableResource
@@ -126,6 +126,9 @@ def capability_lists(request):
     return found
 
 
+_PUBLIC_SETS = "discovery: public sets"
+
+
 def capability_lists_of_object(request, obj):
     """The URIs of the Capability Lists of the enabled sets that list ``obj`` (as their items
     are now) at the request's URI. For a page that is itself a resource rendered for hashing: it
@@ -137,16 +140,18 @@ def capability_lists_of_object(request, obj):
         return []
     concrete = type(obj)._meta.concrete_model
     found = []
-    for resource_set in ResourceSet.objects.public().exclude(capabilities=[]):
+    sets = rendering.shared(_PUBLIC_SETS, lambda: list(ResourceSet.objects.public().exclude(capabilities=[])))
+    for resource_set in sets:
         try:
-            with _savepoint():
-                source = resource_set.get_source()
-                if source.item_model._meta.concrete_model is not concrete:
-                    continue
-                if uris.absolute_uri(source._get("location", obj)) != uri:
-                    continue
-                if source.queryset(resource_set.lookups).filter(pk=obj.pk).exists():
-                    found.append(uris.capability_list_uri(resource_set))
+            source = resource_set.get_source()
+            if source.item_model._meta.concrete_model is not concrete:
+                continue
+            if uris.absolute_uri(source._get("location", obj)) != uri:
+                continue
+            with _savepoint():  # around the query alone: a page asks a set or two, not every one
+                listed = source.queryset(resource_set.lookups).filter(pk=obj.pk).exists()
+            if listed:
+                found.append(uris.capability_list_uri(resource_set))
         except NotRegistered:
             continue
         except Exception:  # the source's own code or a broken filter: W004 and W007 report them

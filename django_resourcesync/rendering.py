@@ -1,5 +1,6 @@
 """Render a page of the site in process, to learn the exact bytes a Destination will fetch."""
 
+import contextlib
 import threading
 from urllib.parse import urlsplit
 
@@ -29,6 +30,29 @@ def _handler():
         handler.load_middleware()
         _local.handler, _local.generation, _local.factories = handler, _middleware_generation[0], {}
     return _local.handler
+
+
+@contextlib.contextmanager
+def batch():
+    """Pages rendered inside share what they read of the app's configuration (the sets a
+    discovery link names, say): a batch of changes renders many pages in a moment, each of
+    which would otherwise read it again."""
+    outer = getattr(_local, "shared", None)
+    _local.shared = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _local.shared = outer
+
+
+def shared(key, load):
+    """``load()``, once per :func:`batch` for ``key`` (every time outside one)."""
+    found = getattr(_local, "shared", None)
+    if found is None:
+        return load()
+    if key not in found:
+        found[key] = load()
+    return found[key]
 
 
 def _factory(host, port):

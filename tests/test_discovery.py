@@ -155,6 +155,33 @@ def test_landing_pages_carry_the_html_link_and_it_does_not_depend_on_their_recor
         assert len(body) == int(md.get("length"))
 
 
+def test_pages_rendered_in_one_batch_read_the_sets_once_and_a_change_shows_in_the_next(published):
+    """A batch of changes renders many landing pages: they share one reading of the public sets
+    (a query a page otherwise); a set disabled meanwhile is gone from the next batch's pages."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from django_resourcesync import rendering
+
+    pages = published[2]
+    items = list(Item.objects.filter(is_public=True).order_by("pk")[:4])
+    source = pages.get_source()
+
+    def rendered():
+        with CaptureQueriesContext(connection) as queries, rendering.batch():
+            bodies = [source.content(item)[0] for item in items]
+        reads = [q for q in queries if 'FROM "resourcesync_resourceset"' in q["sql"]]
+        return bodies, len(reads)
+
+    bodies, reads = rendered()
+    assert reads == 1
+    assert all(CAPABILITY_LIST.format("pages").encode() in body for body in bodies)
+    ResourceSet.objects.filter(pk=pages.pk).update(capabilities=[])  # no signal, no save: only read again
+    bodies, reads = rendered()
+    assert reads == 1
+    assert not any(b'rel="resourcesync"' in body for body in bodies)
+
+
 def test_the_context_processor_gives_the_links_of_the_current_page(published):
     from django_resourcesync.context_processors import resourcesync
 

@@ -9,7 +9,7 @@ from django.db import DatabaseError, router
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from .. import bulk, versions
+from .. import bulk, rendering, versions
 from ..entries import Representation
 from ..exceptions import UnpublishableResource
 from ..fingerprints import digested_form
@@ -206,6 +206,10 @@ class SetWriter:
         longer) among the set's items. ``fingerprints``: those of the objects, read in the
         database (``fingerprint_fields``) before the objects were, else they are read here.
         ``history``: ``{object_pk: History}`` of pending changes; without, a change is made now."""
+        with rendering.batch():  # the pages it renders share what they read of the configuration
+            self._apply(objects, fingerprints, history)
+
+    def _apply(self, objects, fingerprints, history):
         history = history or {}
         keys, fingerprints = self._unvouched(objects, fingerprints, history)
         known = self._records([key for key in keys if objects[key] is not None], ("id", "object_pk", *ENTRY_FIELDS))
@@ -463,6 +467,12 @@ class SetWriter:
         objects = {str(obj.pk): obj for obj in bulk.filter_in(self.source.queryset(self.resource_set.lookups), "pk", stale)}
         stale = [key for key in stale if key in objects]
         known = self._records(stale, ("id", "object_pk", *ENTRY_FIELDS))
+        with rendering.batch():
+            kept = self._describe_ahead(stale, objects, known, fingerprints)
+        PreparedEntry.objects.bulk_create(kept, batch_size=1000)
+        return len(kept)
+
+    def _describe_ahead(self, stale, objects, known, fingerprints):
         rendered = self._batch_contents(stale, objects, known, fingerprints)
         kept = []
         for key in stale:
@@ -476,8 +486,7 @@ class SetWriter:
                 continue
             kept.append(PreparedEntry(resource_set=self.resource_set, object_pk=key, fingerprint=fingerprints[key],
                                       values={**values, "lastmod": values["lastmod"] and values["lastmod"].isoformat()}))
-        PreparedEntry.objects.bulk_create(kept, batch_size=1000)
-        return len(kept)
+        return kept
 
     def _prepared(self, keys, fingerprints):
         """``{key: values}`` of the objects ``keys`` described ahead from the fingerprint they
