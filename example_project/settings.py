@@ -105,8 +105,16 @@ else:
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": VAR_DIR / "db.sqlite3",
             # Transactions take the write lock when they begin, and wait for it (up to 20 s):
-            # writers queue up instead of failing with "database is locked".
-            "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
+            # writers queue up instead of failing with "database is locked". A write-ahead log:
+            # readers (the demo's pages) go on while a batch of changes is written, and a commit
+            # appends to the log instead of rewriting pages across the file and waiting for the
+            # disk twice (synchronous=NORMAL: a power cut may lose the last commits, never the
+            # database's consistency).
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
         }
     }
 
