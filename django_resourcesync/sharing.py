@@ -70,21 +70,49 @@ def run(resource_set, name, options, *, parallel, progress=None, wait=0.2):
         for part in options:
             total.update(work(resource_set, part, lambda: None))
         return dict(total)
+    job = offer(resource_set, name, options, helpers=len(options) - 1)
+    try:
+        return join(job, progress=progress, wait=wait)
+    finally:
+        end(job)
+
+
+def offer(resource_set, name, options, *, helpers):
+    """Record the parts ``options`` of a job ``name`` over ``resource_set`` and send ``helpers``
+    ``resourcesync.share_job`` tasks for the workers to take them; returns the job's id. The
+    caller sees it through: :func:`join` (or :func:`ready` part by part), then :func:`end`."""
     job = uuid.uuid4().hex
     SharedPart.objects.bulk_create(
         [SharedPart(job=job, kind=name, resource_set=resource_set, number=number, options=part)
          for number, part in enumerate(options, 1)]
     )
     try:
-        try:
-            for _ in range(len(options) - 1):
-                current_app.tasks[SHARE_JOB].delay(job)
-        except Exception:  # the broker is down: the job is done here alone
-            logger.warning("Job %s of set %s: its parts could not be offered to the workers; done here",
-                           name, resource_set.slug, exc_info=True)
-        return join(job, progress=progress, wait=wait)
-    finally:
-        SharedPart.objects.filter(job=job).delete()
+        for _ in range(helpers):
+            current_app.tasks[SHARE_JOB].delay(job)
+    except Exception:  # the broker is down: the job is done by its own process alone
+        logger.warning("Job %s of set %s: its parts could not be offered to the workers; done here",
+                       name, resource_set.slug, exc_info=True)
+    return job
+
+
+def ready(job, numbers, *, wait=0.2):
+    """Have the parts ``numbers`` of ``job`` done: those nobody holds (or whose holder went
+    silent) here, then wait for the others; returns the numbers of those that failed (the caller
+    does without them). Its claims commit at once: call it outside a transaction, or a worker
+    claiming the same part would wait for that transaction's end."""
+    holder = _holder()
+    numbers = sorted(numbers)
+    while True:
+        take_parts(job, holder, numbers=numbers)
+        parts = list(SharedPart.objects.filter(job=job, number__in=numbers).values_list("number", "done", "error"))
+        if all(done for _number, done, _error in parts):
+            return [number for number, _done, error in parts if error]
+        time.sleep(wait)
+
+
+def end(job):
+    """Forget the parts of ``job`` (a part still held is left to finish; its result goes nowhere)."""
+    SharedPart.objects.filter(job=job).delete()
 
 
 def join(job, *, progress=None, wait=0.2):
@@ -115,12 +143,13 @@ def running(resource_set, name):
     return unfinished.values_list("job", flat=True).first()
 
 
-def take_parts(job, holder=None):
-    """Do parts of ``job`` while any is free (unclaimed, or its holder silent for
-    ``PART_TIMEOUT``); returns how many were done here. The ``resourcesync.share_job`` task."""
+def take_parts(job, holder=None, *, numbers=None):
+    """Do parts of ``job`` (of those ``numbers``, if given) while any is free (unclaimed, or its
+    holder silent for ``PART_TIMEOUT``); returns how many were done here. The
+    ``resourcesync.share_job`` task."""
     holder = holder or _holder()
     done = 0
-    while (part := _claim(job, holder)) is not None:
+    while (part := _claim(job, holder, numbers)) is not None:
         if part.attempts > app_settings.PART_ATTEMPTS:
             _settle(part, holder, error=f"part {part.number} was started {part.attempts - 1} times without finishing")
             return done
@@ -140,11 +169,14 @@ def take_parts(job, holder=None):
     return done
 
 
-def _claim(job, holder):
-    """A free part of ``job``, claimed for ``holder`` (its ``attempts`` counted), or ``None``."""
+def _claim(job, holder, numbers=None):
+    """A free part of ``job`` (of ``numbers``, if given), claimed for ``holder`` (its
+    ``attempts`` counted), or ``None``."""
     now = timezone.now()
     silent = now - timedelta(seconds=app_settings.PART_TIMEOUT)
     free = SharedPart.objects.filter(job=job, done__isnull=True).filter(Q(holder="") | Q(heartbeat__lt=silent))
+    if numbers is not None:
+        free = free.filter(number__in=numbers)
     for pk, was, heartbeat in free.order_by("number").values_list("pk", "holder", "heartbeat")[:8]:
         # Claimed only if nobody claimed it since it was read.
         claimed = SharedPart.objects.filter(pk=pk, holder=was, done__isnull=True)

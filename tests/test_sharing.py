@@ -12,7 +12,7 @@ from celery import current_app
 from django.utils import timezone
 
 from django_resourcesync import sharing, tracking
-from django_resourcesync.models import ChangeEvent, Resource, SharedPart
+from django_resourcesync.models import ChangeEvent, PendingChange, Resource, SharedPart
 from example_project.repository.models import Item
 
 from .conftest import demo_set
@@ -346,4 +346,46 @@ def test_a_failing_preparation_costs_only_time(seed, metadata, small_preparation
     counts = tracking.process_pending(["metadata"], parallel=True)
     assert counts.updated == 8 and not counts.failed_sets
     assert "could not all be described ahead" in caplog.text
+    assert updated_keys(metadata) == sorted(str(key) for key in keys)
+
+
+@pytest.mark.django_db
+def test_each_batch_is_written_as_soon_as_its_objects_are_described(seed, metadata, small_preparation, monkeypatch, caplog):
+    """The writing does not wait for the whole preparation: with no worker to help (the broker
+    down), the job's own process describes the parts of each batch just before writing it."""
+    seed(9)
+    tracking.reconcile(metadata)
+    # Only this test's changes (on a server database, a worker of an earlier test may have left some).
+    PendingChange.objects.all().delete()
+    keys = list(Item.objects.order_by("pk").values_list("pk", flat=True))
+    Item.objects.filter(pk__in=keys).update(title="Retitled")
+    tracking.changed(model=Item, pks=keys)
+    steps = []
+    real_part, real_apply = processing._prepare_part, processing._apply
+
+    def part(resource_set, options, beat):
+        steps.append(("described", options["keys"]))
+        return real_part(resource_set, options, beat)
+
+    def apply(resource_set, source, pending, batch_size, counts):
+        steps.append(("written", [row.object_pk for row in pending]))
+        return real_apply(resource_set, source, pending, batch_size, counts)
+
+    def broker_down(*args, **kwargs):
+        raise ConnectionError("no broker")
+
+    monkeypatch.setitem(sharing._KINDS, processing.PREPARE, part)
+    monkeypatch.setattr(processing, "_apply", apply)
+    monkeypatch.setattr(sharing.current_app.tasks[sharing.SHARE_JOB], "delay", broker_down)
+    counts = tracking.process_pending(["metadata"], batch_size=3, parallel=True)
+    merged = []  # the writing of one batch into each set of the source, as one step
+    for kind, step_keys in steps:
+        if merged and merged[-1][0] == kind == "written":
+            merged[-1][1].update(step_keys)
+        else:
+            merged.append((kind, set(step_keys)))
+    batches = [{str(key) for key in keys[start : start + 3]} for start in range(0, 9, 3)]
+    assert merged == [step for batch in batches for step in (("described", batch), ("written", batch))]
+    assert counts.updated == 9 and "could not be offered to the workers" in caplog.text
+    assert not SharedPart.objects.exists() and not processing.PreparedEntry.objects.exists()
     assert updated_keys(metadata) == sorted(str(key) for key in keys)

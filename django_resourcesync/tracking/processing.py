@@ -26,8 +26,9 @@ def process_pending(source_names=None, *, batch_size=None, parallel=False):
     they were made; returns the counts. Safe to run concurrently.
 
     With ``parallel`` (a Celery worker runs this), the objects of a large batch of changes are
-    described ahead by every free worker (see :func:`prepare_in_parts`); the events are then
-    written here, in order, from what they prepared.
+    described ahead by every free worker (see :func:`prepare_in_parts`) while the events are
+    written here, in order, from what they prepared: each batch is written as soon as the parts
+    that describe its objects are done (those no other worker took, this process does itself).
 
     Every save recorded is a change of its object (saves of one object in one transaction are
     one change): when an object was saved several times before its changes were processed (a
@@ -47,48 +48,60 @@ def process_pending(source_names=None, *, batch_size=None, parallel=False):
         # its changes are not written meanwhile, and a broken disabled set holds up no one.
         sets = list(ResourceSet.objects.filter(source=name, enabled=True).order_by("pk"))
         enabled = {resource_set.pk for resource_set in sets}
-        if parallel:
-            prepare_in_parts(source, sets)
+        ahead = prepare_in_parts(source, sets) if parallel else Ahead()
         broken = set()  # sets whose changes could not be written in this run
-        after = 0  # rows up to this id are done with in this run
-        while True:
-            with transaction.atomic():
-                # Lock the sets first (in pk order, as every writer does), then take the batch:
-                # a concurrent run waits here and then finds the rows already processed.
-                for resource_set in sets:
-                    ResourceSet.objects.select_for_update().filter(pk=resource_set.pk).first()
-                rows = PendingChange.objects.filter(Q(resource_set__isnull=True) | Q(resource_set__in=enabled), source=name)
-                pending = [Pending(*row) for row in rows.filter(id__gt=after).order_by("id").values_list(*FIELDS)[:batch_size]]
-                if not pending:
-                    break
-                last = pending[-1].id
-                if len(pending) == batch_size:
-                    # An object's saves are never cut apart: the last one of a batch would be
-                    # described by the state a later save left. Its later saves join the batch.
-                    keys = {row.object_pk for row in pending if not row.related}
-                    later = bulk.filter_in(rows.filter(id__gt=last, related=""), "object_pk", keys)
-                    pending += [Pending(*row) for row in later.order_by("id").values_list(*FIELDS)]
-                for resource_set in sets:
-                    if resource_set.pk in broken:
-                        continue
-                    mine = [row for row in pending if row.resource_set_id in (None, resource_set.pk)]
-                    if not mine:
-                        continue
-                    try:
-                        with transaction.atomic():  # a savepoint: a broken set spoils only its own part
-                            _apply(resource_set, source, mine, batch_size, counts)
-                    except Exception:
-                        # The other sets go on; this one is not tried again in this run.
-                        logger.exception(
-                            "Set %s: pending changes could not be applied; they wait for the next run", resource_set.slug
-                        )
-                        broken.add(resource_set.pk)
-                _settle(name, pending, broken)
-                after = last
+        rows = PendingChange.objects.filter(Q(resource_set__isnull=True) | Q(resource_set__in=enabled), source=name)
+        try:
+            _write_batches(name, source, sets, rows, batch_size, ahead, broken, counts)
+        finally:
+            ahead.end()
         counts.failed_sets += len(broken)
         if parallel:
             PreparedEntry.objects.filter(resource_set__in=sets).delete()
     return counts
+
+
+def _write_batches(name, source, sets, rows, batch_size, ahead, broken, counts):
+    """Write the pending changes ``rows`` of the source ``name`` into ``sets``, a batch at a
+    time in the order they were made; a set that fails is added to ``broken``."""
+    after = 0  # rows up to this id are done with in this run
+    while True:
+        # Before the batch's transaction (its claims must show to the other workers at once):
+        # the parts that describe the objects of the coming batch, done.
+        if ahead.jobs:
+            ahead.ready(rows.filter(id__gt=after, related="").order_by("id").values_list("object_pk", flat=True)[:batch_size])
+        with transaction.atomic():
+            # Lock the sets first (in pk order, as every writer does), then take the batch:
+            # a concurrent run waits here and then finds the rows already processed.
+            for resource_set in sets:
+                ResourceSet.objects.select_for_update().filter(pk=resource_set.pk).first()
+            pending = [Pending(*row) for row in rows.filter(id__gt=after).order_by("id").values_list(*FIELDS)[:batch_size]]
+            if not pending:
+                break
+            last = pending[-1].id
+            if len(pending) == batch_size:
+                # An object's saves are never cut apart: the last one of a batch would be
+                # described by the state a later save left. Its later saves join the batch.
+                keys = {row.object_pk for row in pending if not row.related}
+                later = bulk.filter_in(rows.filter(id__gt=last, related=""), "object_pk", keys)
+                pending += [Pending(*row) for row in later.order_by("id").values_list(*FIELDS)]
+            for resource_set in sets:
+                if resource_set.pk in broken:
+                    continue
+                mine = [row for row in pending if row.resource_set_id in (None, resource_set.pk)]
+                if not mine:
+                    continue
+                try:
+                    with transaction.atomic():  # a savepoint: a broken set spoils only its own part
+                        _apply(resource_set, source, mine, batch_size, counts)
+                except Exception:
+                    # The other sets go on; this one is not tried again in this run.
+                    logger.exception(
+                        "Set %s: pending changes could not be applied; they wait for the next run", resource_set.slug
+                    )
+                    broken.add(resource_set.pk)
+            _settle(name, pending, broken)
+            after = last
 
 
 PREPARE = "prepare"
@@ -108,35 +121,63 @@ def prepares(resource_set, source):
 
 
 def prepare_in_parts(source, sets):
-    """Have the free workers describe the objects the pending changes of ``source`` name (not
-    those of related objects), ``PREPARE_PART`` objects a part, for each set of ``sets`` that
-    :func:`prepares`, when there are at least two parts' worth: rendering a record through the
-    site's view is what costs, and the workers do it side by side (see :mod:`..sharing`). A set
-    whose preparation another process runs is helped with it instead. Returns how many objects
-    were described; a failure only costs the time (processing describes what is not prepared)."""
-    described = 0
+    """Offer the free workers to describe the objects the pending changes of ``source`` name
+    (not those of related objects), ``PREPARE_PART`` objects a part, for each set of ``sets``
+    that :func:`prepares`, when there are at least two parts' worth: rendering a record through
+    the site's view is what costs, and the workers do it side by side (see :mod:`..sharing`)
+    while this process writes. Returns the :class:`Ahead` of the jobs. A set whose preparation
+    another process runs is helped with it first. A failure only costs the time (what is not
+    prepared is described as its change is written)."""
+    ahead = Ahead()
     sets = [resource_set for resource_set in sets if prepares(resource_set, source)]
     if not sets:
-        return 0
+        return ahead
     rows = PendingChange.objects.filter(source=source.name, related="")
     if rows[: 2 * PREPARE_PART].count() < 2 * PREPARE_PART:
-        return 0
+        return ahead
     keys = list(dict.fromkeys(rows.order_by("id").values_list("object_pk", flat=True).iterator(chunk_size=10_000)))
     if len(keys) < 2 * PREPARE_PART:
-        return 0
+        return ahead
     parts = [{"keys": keys[start : start + PREPARE_PART]} for start in range(0, len(keys), PREPARE_PART)]
+    ahead.part_of = {key: number for number, part in enumerate(parts, 1) for key in part["keys"]}
     for resource_set in sets:
-        try:
-            job = sharing.running(resource_set, PREPARE)
-            if job is not None:
-                result = sharing.join(job)
-            else:
-                result = sharing.run(resource_set, PREPARE, parts, parallel=True)
-            described += result.get("prepared", 0)
-        except sharing.JobFailed as exc:
-            logger.warning("Set %s: the objects of its changes could not all be described ahead (%s); "
-                           "they are described as their changes are written", resource_set.slug, exc)
-    return described
+        job = sharing.running(resource_set, PREPARE)
+        if job is not None:
+            try:
+                sharing.join(job)
+            except sharing.JobFailed as exc:
+                ahead.failed(resource_set, exc)
+            continue
+        # As many tasks as parts but one: this process takes the parts of each batch it is to
+        # write that no worker took yet.
+        ahead.jobs[resource_set.pk] = (resource_set, sharing.offer(resource_set, PREPARE, parts, helpers=len(parts) - 1))
+    return ahead
+
+
+class Ahead:
+    """The jobs describing ahead the objects of pending changes, one per set (``jobs``:
+    ``{set pk: (set, job)}``), and the part that describes each key (``part_of``)."""
+
+    def __init__(self):
+        self.jobs = {}
+        self.part_of = {}
+
+    def ready(self, keys):
+        """Have the parts that describe ``keys`` done, for every set."""
+        numbers = {self.part_of[key] for key in keys if key in self.part_of}
+        for resource_set, job in list(self.jobs.values()):
+            failed = sharing.ready(job, numbers)
+            if failed:
+                self.failed(resource_set, f"parts {failed} failed")
+
+    def failed(self, resource_set, why):
+        logger.warning("Set %s: the objects of its changes could not all be described ahead (%s); "
+                       "they are described as their changes are written", resource_set.slug, why)
+
+    def end(self):
+        for _resource_set, job in self.jobs.values():
+            sharing.end(job)
+        self.jobs = {}
 
 
 @sharing.kind(PREPARE)
