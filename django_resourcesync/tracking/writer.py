@@ -469,7 +469,12 @@ class SetWriter:
         known = self._records(stale, ("id", "object_pk", *ENTRY_FIELDS))
         with rendering.batch():
             kept = self._describe_ahead(stale, objects, known, fingerprints)
-        PreparedEntry.objects.bulk_create(kept, batch_size=1000)
+        # COPY on PostgreSQL: each value, the entry's XML among them, goes as it is (an INSERT
+        # of the ORM has psycopg escape each one, most of the time of a part).
+        now = timezone.now()
+        rows = [(self.resource_set.pk, key, fingerprint, values, now) for key, fingerprint, values in kept]
+        bulk.insert(PreparedEntry, ("resource_set_id", "object_pk", "fingerprint", "values", "created"), rows,
+                    router.db_for_write(PreparedEntry))
         return len(kept)
 
     def _describe_ahead(self, stale, objects, known, fingerprints):
@@ -484,8 +489,7 @@ class SetWriter:
                 raise
             except Exception:  # reported when its change is written
                 continue
-            kept.append(PreparedEntry(resource_set=self.resource_set, object_pk=key, fingerprint=fingerprints[key],
-                                      values={**values, "lastmod": values["lastmod"] and values["lastmod"].isoformat()}))
+            kept.append((key, fingerprints[key], {**values, "lastmod": values["lastmod"] and values["lastmod"].isoformat()}))
         return kept
 
     def _prepared(self, keys, fingerprints):
