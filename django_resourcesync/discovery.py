@@ -146,9 +146,9 @@ def capability_lists_of_object(request, obj):
             source = resource_set.get_source()
             if source.item_model._meta.concrete_model is not concrete:
                 continue
-            if uris.absolute_uri(source._get("location", obj)) != uri:
-                continue
-            with _savepoint():  # around the query alone: a page asks a set or two, not every one
+            with _savepoint():  # for the sets of the object's model only (the site's code may query)
+                if uris.absolute_uri(source._get("location", obj)) != uri:
+                    continue
                 listed = source.queryset(resource_set.lookups).filter(pk=obj.pk).exists()
             if listed:
                 found.append(uris.capability_list_uri(resource_set))

@@ -140,7 +140,9 @@ class PathReverser:
                     return reverse(self.viewname, kwargs=kwargs)
                 path.append(text if plain_digits else quote(text, safe=self._SAFE))
                 path.append(part)
-            return "".join(path)
+            path = "".join(path)
+            if not path.startswith("//"):  # reverse() escapes the second slash of "//" (not a host)
+                return path
         return reverse(self.viewname, kwargs=kwargs)
 
     def _learn(self, kwargs):

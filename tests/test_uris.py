@@ -389,3 +389,17 @@ def test_a_name_a_path_reverser_cannot_learn_goes_through_reverse():
         set_urlconf(None)
     with pytest.raises(NoReverseMatch):
         PathReverser("repository:nothing")(pk=1)
+
+
+def test_a_path_that_would_start_with_two_slashes_is_escaped_as_reverse_escapes_it():
+    from django.urls import reverse, set_urlconf
+
+    from django_resourcesync.uris import PathReverser
+
+    anything = PathReverser("elsewhere-any")
+    set_urlconf("tests.urls_elsewhere")
+    try:
+        assert anything(name="a/b") == reverse("elsewhere-any", kwargs={"name": "a/b"}) == "/a/b"
+        assert anything(name="/a") == reverse("elsewhere-any", kwargs={"name": "/a"}) == "/%2Fa"
+    finally:
+        set_urlconf(None)
