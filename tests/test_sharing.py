@@ -229,9 +229,10 @@ def test_a_worker_killed_in_the_middle_of_its_part_leaves_it_to_the_job_which_en
             def holders():
                 return set(SharedPart.objects.exclude(holder="").values_list("holder", flat=True))
 
-            # Its claim of the part shows once committed (a loaded machine may show its wait first).
-            wait_for(lambda: len(holders()) == 2, 30, "two parts held")
-            assert any(f":{processes['two'].pid}:" in holder for holder in holders())
+            # A part held by the second worker: one offered to it, or, on a slow machine, the
+            # first worker's own, whose heartbeat the lock held back past PART_TIMEOUT.
+            wait_for(lambda: any(f":{processes['two'].pid}:" in holder for holder in holders()), 30,
+                     "a part held by the second worker")
             processes["two"].send_signal(signal.SIGKILL)
             processes["two"].wait(timeout=30)
         # The job's worker ends its part and the free one, then takes the silent worker's over.
