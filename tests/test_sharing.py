@@ -65,17 +65,30 @@ def test_a_reconcile_in_parts_writes_what_a_reconcile_in_one_pass_writes(seed, s
     seed(10)
     tracking.reconcile(metadata)
     changed = changed_behind_the_signals(7)
-    sent = []
+    hidden = Item.objects.order_by("pk").last()
+    Item.objects.filter(pk=hidden.pk).update(is_public=False)  # no signal either
+    sent, kinds = [], []
+    real_work = sharing._KINDS[reconciling.RECONCILE]
+
+    def work(resource_set, options, beat):
+        kinds.append("gone" if options.get("gone") else "range")
+        return real_work(resource_set, options, beat)
+
     # Eager mode: each part's task runs in place (a worker would take parts the same way).
-    with mock.patch.object(sharing, "take_parts", wraps=sharing.take_parts) as taken:
+    with mock.patch.object(sharing, "take_parts", wraps=sharing.take_parts) as taken, \
+            mock.patch.dict(sharing._KINDS, {reconciling.RECONCILE: work}):
         counts = tracking.reconcile(metadata, parallel=True)
         sent = [call.args[0] for call in taken.call_args_list]
-    assert counts.updated == 7 and counts.unchanged == 3 and counts.created == counts.deleted == 0
+    assert counts.updated == 7 and counts.deleted == 1 and counts.unchanged == 2 and counts.created == 0
     assert updated_keys(metadata) == sorted(changed)
+    deleted = ChangeEvent.objects.filter(changelist__resource_set=metadata, change="deleted")
+    assert list(deleted.values_list("object_pk", flat=True)) == [str(hidden.pk)]
+    # The search for the records whose object left is a part of the job, the first one.
+    assert kinds == ["gone", "range", "range", "range"]
     assert len(set(sent)) == 1, "every part of one job"
     assert not SharedPart.objects.exists(), "a job's parts are forgotten when it ends"
     # The record is that of a reconcile in one pass: nothing left to find.
-    assert tracking.reconcile(metadata).unchanged == 10
+    assert tracking.reconcile(metadata).unchanged == 9
 
 
 @pytest.mark.django_db
@@ -104,7 +117,7 @@ def test_a_failing_part_fails_the_job_and_the_rebuild_reports_it(seed, small_par
         return real(resource_set, source, queryset, *args)
 
     with mock.patch.object(reconciling, "_reconcile_in_database", failing):
-        with pytest.raises(sharing.JobFailed, match="part 2: RuntimeError: the source's database went away"):
+        with pytest.raises(sharing.JobFailed, match="part 3: RuntimeError: the source's database went away"):
             tracking.reconcile(metadata, parallel=True)
     assert not SharedPart.objects.exists()
     # Nothing lost: the next reconcile finds what the failed part did not write.

@@ -54,23 +54,27 @@ def reconcile(resource_set, *, batch_size=None, progress=None, in_database=True,
     record_events = is_tracked(resource_set)
     rebased = _forget_fingerprints_if_rebased(resource_set)
     counts = ChangeCounts()
+    gone_searched = False
     if in_database and _compared_in_database(resource_set, source, queryset):
         ranges = _key_ranges(queryset, app_settings.MAX_ENTRIES_PER_DOCUMENT) if parallel else []
         if len(ranges) > 1 and not _lists_ahead(source, queryset.db):
-            parts = [{**bounds, "record_events": record_events, "batch_size": batch_size} for bounds in ranges]
+            # The search for gone records is a part too, first (it is the longest): it runs
+            # beside the ranges, whose objects all have a record it does not touch.
+            options = {"record_events": record_events, "batch_size": batch_size}
+            parts = [{**options, "gone": True}, *({**bounds, **options} for bounds in ranges)]
             total = queryset.count() if progress else 0
             shared = sharing.run(
                 resource_set, RECONCILE, parts, parallel=True,
                 progress=progress and (lambda done, planned: progress("reconcile", total * done // planned, total)),
             )
             counts.add(ChangeCounts(**shared))
+            gone_searched = True
         else:
             _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress)
     else:
         _reconcile_in_python(resource_set, source, queryset, batch_size, record_events, counts, progress)
-    # Rows whose object left the source: deleted, made private, filtered out.
-    for keys in _gone_keys(resource_set, queryset, batch_size):
-        _apply_batch(resource_set, dict.fromkeys(keys), record_events, counts)
+    if not gone_searched:
+        _remove_gone(resource_set, queryset, batch_size, record_events, counts)
     _forget_gone_left_out(resource_set, queryset)
     if not record_events:
         start_log(resource_set)
@@ -98,26 +102,42 @@ RECONCILE = "reconcile"
 @sharing.kind(RECONCILE)
 def _reconcile_range(resource_set, options, beat):
     """A part of a reconcile in parts: the objects whose keys are in ``(after, last]`` (either
-    end open when ``None``), compared in the database. Safe to run twice: a second run finds
-    the record written by the first."""
+    end open when ``None``), compared in the database; or, with ``gone``, the records whose
+    object left the set. Safe to run twice: a second run finds the record written by the first."""
     source = resource_set.get_source()
     queryset = source.queryset(resource_set.lookups)
+    counts = ChangeCounts()
+    batch_size = options["batch_size"] or app_settings.BATCH_SIZE
+    if options.get("gone"):
+        _remove_gone(resource_set, queryset, batch_size, options["record_events"], counts, beat)
+        return asdict(counts)
     if options["after"] is not None:
         queryset = queryset.filter(pk__gt=options["after"])
     if options["last"] is not None:
         queryset = queryset.filter(pk__lte=options["last"])
-    counts = ChangeCounts()
-    batch_size = options["batch_size"] or app_settings.BATCH_SIZE
     _reconcile_in_database(resource_set, source, queryset, batch_size, options["record_events"], counts,
                            lambda *_args: beat())
     return asdict(counts)
 
 
+def _remove_gone(resource_set, queryset, batch_size, record_events, counts, beat=None):
+    """Write the deletion of the records whose object left ``queryset``: deleted, made
+    private, filtered out."""
+    for keys in _gone_keys(resource_set, queryset, batch_size):
+        _apply_batch(resource_set, dict.fromkeys(keys), record_events, counts)
+        if beat:
+            beat()
+
+
 def _key_ranges(queryset, size):
-    """The objects' keys cut into ranges of ``size`` objects, ``[{"after", "last"}]``: the first
-    open below, the last open above (objects created meanwhile fall in a range too). Each end is
-    found by skipping ``size`` keys in the key index from the one before."""
-    keys = queryset.order_by("pk").values_list("pk", flat=True)
+    """The keys of the objects' model cut into ranges of ``size`` keys, ``[{"after", "last"}]``:
+    the first open below, the last open above (objects created meanwhile fall in a range too).
+    Each end is found by skipping ``size`` keys in the model's key index from the one before:
+    the keys of every row of the table, not only of the set's objects, whose filter (a join,
+    say) would make each skip a walk through the set's query; a set of few of the table's
+    objects gets more ranges, each quickly done."""
+    model = queryset.model
+    keys = model._base_manager.db_manager(queryset.db).order_by("pk").values_list("pk", flat=True)
     ends = []
     while found := list((keys.filter(pk__gt=ends[-1]) if ends else keys)[size - 1 : size]):
         ends.append(found[0])
