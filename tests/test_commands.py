@@ -62,6 +62,7 @@ def test_rebuild_all_task_goes_on_after_a_failing_set(seed, bitstreams, metadata
 
 
 def test_seed_repository_adds_items_deterministically(db, capsys):
+    from example_project.repository.management.commands.seed_repository import files_for
     from example_project.repository.models import Item, ItemFile
 
     call_command("seed_repository", items=4, file_size=100, verbosity=0)
@@ -72,6 +73,15 @@ def test_seed_repository_adds_items_deterministically(db, capsys):
     first = files[0]
     assert first.name == "item-1.txt" and first.file.open("rb").read() == (b"Full text of item 1.\n" * 5)[:100]
     assert [f.name for f in files if not f.name.isascii()] == ["données brutes 3.csv", "données brutes 6.csv"]
+    # Rows inserted as values: each file is its own item's, with the size of its bytes and the
+    # times a save would give it.
+    for item in Item.objects.order_by("pk"):
+        number = int(item.title.split(":")[0].removeprefix("Item "))
+        assert [f.name for f in item.files.order_by("pk")] == [name for name, _type, _data in files_for(number, 100)]
+        assert item.created and item.modified
+    for f in files:
+        assert f.size == 100 == len(f.file.open("rb").read()) and f.file.name.startswith(f"items/{f.item_id}/")
+        assert f.created and f.modified and f.media_type in ("text/plain", "text/csv")
 
 
 def test_rebuild_only_dumps_shows_bytes_and_files(seed, bitstreams, capsys):
