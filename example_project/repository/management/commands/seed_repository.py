@@ -54,14 +54,14 @@ def add_items(count, *, file_size, batch_size=2000, track=True, progress=None):
     for start in range(first, first + count, batch_size):
         numbers = range(start, min(start + batch_size, first + count))
         now = timezone.now()
+        titles = [title_for(n) for n in numbers]
         with transaction.atomic(using=using):
             before = _last_key(Item.objects.using(using))
             bulk.insert(Item, ITEM_FIELDS, [
-                (collections[n % len(collections)].pk, title_for(n), f"Author {n % 97}", f"Abstract of item {n}.", True,
-                 now, now)
-                for n in numbers
+                (collections[n % len(collections)].pk, title, f"Author {n % 97}", f"Abstract of item {n}.", True, now, now)
+                for n, title in zip(numbers, titles)
             ], using)
-            created = _added_since(Item.objects.using(using), before, "title", [title_for(n) for n in numbers])
+            created = _added_since(Item.objects.using(using), before, "title", titles)
             rows = []
             for n, pk in zip(numbers, created):
                 folder = item_file_path(_ItemStub(pk), "")
