@@ -1284,6 +1284,8 @@ def worker_line(result):
 def report_workers(step):
     n = step["items"]
     runs = step["runs"]
+    if not (runs or step["spied"]):
+        return report_in_process(step, {1: float("nan"), 2: float("nan")})
     first = (runs or step["spied"])[0]
     print(f"6. Updated rendered records on Celery workers (PostgreSQL, Redis; 'metadata' set): "
           f"Item.objects.update(title=...) of {n:,} items (not timed), then tracking.changed(model=Item, pks=...) "
@@ -1304,6 +1306,21 @@ def report_workers(step):
     noisy = [r for r in runs if not r["quiet"]["quiet"]]
     print(f"  load: waited before {len(waited)} of {len(runs)} runs; {len(noisy)} run(s) started with the load still "
           f">= the limit")
+    for result in step["spied"]:
+        print(worker_line(result).replace(f"#{result['run']:<2}", f"#{result['run']:<2}(py-spy)", 1))
+        for number, pid in enumerate(result["pids"], 1):
+            summary = result["profiles"].get(pid)
+            if not isinstance(summary, dict):
+                print(f"      worker {number}: {summary}")
+                continue
+            print(f"      py-spy, worker {number} ({summary['samples']:,} samples in our tasks, idle included):")
+            print("        self:      " + "; ".join(f"{frame} {share:.1f}%" for frame, share in summary["self"][:12]))
+            print("        self by file: " + "; ".join(f"{frame} {share:.1f}%" for frame, share in summary["files"][:12]))
+            print("        inclusive: " + "; ".join(f"{frame} {share:.1f}%" for frame, share in summary["inclusive"][:30]))
+    return report_in_process(step, medians)
+
+
+def report_in_process(step, medians):
     for result in step["in_process"]:
         timed = result["timed"]
         stats = timed["stats"]
@@ -1317,17 +1334,6 @@ def report_workers(step):
                 f"while writing {stats.get('write: rendered', 0):,}; found prepared "
                 f"{stats.get('write: found prepared', 0):,} of {stats.get('write: asked for prepared', 0):,} asked; "
                 f"load1 before {timed['quiet']['load']:.2f}, waited {timed['quiet']['waited']:.0f} s")
-    for result in step["spied"]:
-        print(worker_line(result).replace(f"#{result['run']:<2}", f"#{result['run']:<2}(py-spy)", 1))
-        for number, pid in enumerate(result["pids"], 1):
-            summary = result["profiles"].get(pid)
-            if not isinstance(summary, dict):
-                print(f"      worker {number}: {summary}")
-                continue
-            print(f"      py-spy, worker {number} ({summary['samples']:,} samples in our tasks, idle included):")
-            print("        self:      " + "; ".join(f"{frame} {share:.1f}%" for frame, share in summary["self"][:12]))
-            print("        self by file: " + "; ".join(f"{frame} {share:.1f}%" for frame, share in summary["files"][:12]))
-            print("        inclusive: " + "; ".join(f"{frame} {share:.1f}%" for frame, share in summary["inclusive"][:30]))
     for result in step["in_process"]:
         profiled = result.get("profiled")
         if profiled:

@@ -1,7 +1,7 @@
 from django.apps import apps
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
-from django.db import models
+from django.db import connections, models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -48,6 +48,19 @@ class ResourceSetQuerySet(models.QuerySet):
     def public(self):
         """The enabled sets anyone may read (not those for partners with a token)."""
         return self.filter(enabled=True).exclude(access="token")
+
+    def lock(self, pk):
+        """Take the row lock of set ``pk``, inside a transaction: one writer of a set's record
+        and change log at a time. Where the database has it (PostgreSQL), the lock is
+        ``FOR NO KEY UPDATE``, which other writers of the set wait for as they would for
+        ``FOR UPDATE``, but which lets other processes insert rows that refer to the set
+        meanwhile (the entries helpers prepare, the parts of a job): the foreign key check of
+        such an insert takes a share lock of the set's key, which ``FOR UPDATE`` would hold
+        back until the holder commits."""
+        queryset = self.select_for_update()
+        if connections[queryset.db].features.has_select_for_no_key_update:
+            queryset = self.select_for_update(no_key=True)
+        return queryset.filter(pk=pk).first()
 
 
 class ResourceSet(models.Model):

@@ -3,13 +3,14 @@
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection, transaction
 
 from django_resourcesync import tracking
-from django_resourcesync.models import ChangeEvent, PendingChange, Resource
+from django_resourcesync.models import ChangeEvent, PendingChange, PreparedEntry, Resource, ResourceSet
 from example_project.repository.models import Item
 
 from .conftest import demo_set
@@ -64,3 +65,43 @@ def test_two_processes_saving_the_same_item(seed, tmp_path):
     assert events[-1].sha256 == final.sha256 == Resource.objects.get(resource_set=metadata, object_pk=str(item.pk)).sha256
     # And no two consecutive events describe the same bytes (each one is a real change).
     assert all(a.sha256 != b.sha256 for a, b in zip(events, events[1:]))
+
+
+def _in_another_connection(work):
+    """Run ``work()`` in a thread of its own (its own database connection) with a 2 s lock
+    timeout; returns what it returned, or the exception it raised."""
+    outcome = []
+
+    def run():
+        try:
+            with transaction.atomic():  # the foreign keys are checked as it commits
+                with connection.cursor() as cursor:
+                    cursor.execute("SET LOCAL lock_timeout = '2s'")
+                done = work()
+            outcome.append(done)
+        except Exception as exc:  # noqa: BLE001 - handed back to the test
+            outcome.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    return outcome[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_set_lock_keeps_writers_apart_but_lets_helpers_keep_what_they_prepared(seed):
+    # A worker describing objects ahead inserts rows that refer to the set while the writer
+    # holds the set's lock: their foreign key check must not wait for the writer to commit.
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks need a database server; run with TEST_DATABASE_URL")
+    seed(1)
+    metadata = demo_set("metadata")
+    with tracking.locked(metadata):
+        prepared = _in_another_connection(lambda: PreparedEntry.objects.create(
+            resource_set_id=metadata.pk, object_pk="1", fingerprint="f", values={}
+        ))
+        assert isinstance(prepared, PreparedEntry), prepared
+        other_writer = _in_another_connection(lambda: ResourceSet.objects.lock(metadata.pk))
+        assert isinstance(other_writer, OperationalError) and "lock timeout" in str(other_writer), other_writer

@@ -119,7 +119,7 @@ class BuildContext:
         with transaction.atomic():
             # The set's row first, as change tracking takes it: a resource that leaves the set
             # is either already gone when this runs, or leaves the published build.
-            ResourceSet.objects.select_for_update().filter(pk=self.resource_set.pk).first()
+            ResourceSet.objects.lock(self.resource_set.pk)
             if Build.objects.select_for_update().get(pk=build.pk).status != Build.Status.RUNNING:
                 raise BuildAbandoned(f"{build} is no longer running; not published")
             self.save_documents()

@@ -11,7 +11,7 @@ from ..models import ResourceSet
 def locked(resource_set):
     """A transaction holding the set's row lock: one writer of its record and log at a time."""
     with transaction.atomic(using=router.db_for_write(ResourceSet)):
-        ResourceSet.objects.select_for_update().filter(pk=resource_set.pk).first()
+        ResourceSet.objects.lock(resource_set.pk)
         yield
 
 

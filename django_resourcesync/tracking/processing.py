@@ -74,7 +74,7 @@ def _write_batches(name, source, sets, rows, batch_size, ahead, broken, counts):
             # Lock the sets first (in pk order, as every writer does), then take the batch:
             # a concurrent run waits here and then finds the rows already processed.
             for resource_set in sets:
-                ResourceSet.objects.select_for_update().filter(pk=resource_set.pk).first()
+                ResourceSet.objects.lock(resource_set.pk)
             pending = [Pending(*row) for row in rows.filter(id__gt=after).order_by("id").values_list(*FIELDS)[:batch_size]]
             if not pending:
                 break
