@@ -30,7 +30,7 @@ def absolute_uri(location):
     uri = encode_uri(location)
     if not (MIN_URI_LENGTH <= len(uri) <= MAX_URI_LENGTH):
         raise UnpublishableResource(f"URI length {len(uri)} is outside {MIN_URI_LENGTH}..{MAX_URI_LENGTH}: {uri[:80]}")
-    if _DOT_SEGMENT.search(urlsplit(uri).path):
+    if _DOT_SEGMENT.search(uri) and _DOT_SEGMENT.search(urlsplit(uri).path):
         # Escaped or not, a "." or ".." segment is removed by a client that normalises the URI
         # (RFC 3986 6.2.2 decodes %2E first; so do browsers): it would fetch another resource.
         raise UnpublishableResource(f"its path has a '.' or '..' segment, which clients normalise away: {uri[:200]}")

@@ -12,7 +12,7 @@ from ..conf import app_settings
 from ..models import PendingChange, PreparedEntry, ResourceSet
 from ..sources import registry
 from .locks import is_tracked
-from .writer import ChangeCounts, History, SetWriter
+from .writer import UNREAD, ChangeCounts, History, SetWriter
 
 logger = logging.getLogger(__name__)
 
@@ -264,7 +264,12 @@ def _apply(resource_set, source, pending, batch_size, counts):
     writer = SetWriter(resource_set, record_events=is_tracked(resource_set))
     for start in range(0, len(keys), batch_size):
         batch = keys[start : start + batch_size]
-        fingerprints = writer.read_fingerprints(batch) if source.fingerprint_fields else None  # first
+        if source.fingerprint_fields:
+            # The fingerprints say which objects are among the set's items; the writer reads
+            # those it must describe (not those described ahead, nor the unchanged).
+            fingerprints = writer.read_fingerprints(batch)
+            writer.apply({key: UNREAD if key in fingerprints else None for key in batch}, fingerprints, history)
+            continue
         present = {str(obj.pk): obj for obj in bulk.filter_in(source.queryset(resource_set.lookups), "pk", batch)}
-        writer.apply({key: present.get(key) for key in batch}, fingerprints, history)
+        writer.apply({key: present.get(key) for key in batch}, None, history)
     counts.add(writer.counts)

@@ -81,6 +81,15 @@ def matching_fingerprints(resource_set, fingerprints):
     }
 
 
+def _matching(known, fingerprints):
+    """The keys of ``{key: fingerprint}`` whose record in ``known`` (``{key: record}``, read
+    with its fingerprint) has that fingerprint."""
+    return {
+        key for key, fingerprint in fingerprints.items()
+        if fingerprint and key in known and known[key]["fingerprint"] == fingerprint
+    }
+
+
 def vouches(known, fingerprint):
     """Whether the record ``known`` (a dict, or ``None``) still gives the hashes of an object
     whose fingerprint is ``fingerprint``: the bytes need not be read. A record of the form
@@ -179,6 +188,11 @@ RECORD_FIELDS = ("resource_set_id", "object_pk", *ENTRY_FIELDS, "recorded")
 #: An object ``contents()`` gave no bytes for: they are read one by one.
 NOT_RENDERED = object()
 
+#: In what :meth:`SetWriter.apply` is given: an object among the set's items (its fingerprint
+#: was read) that is read only if it must be described: one whose fingerprint matches its
+#: record, or that a worker described ahead, is not.
+UNREAD = object()
+
 #: A batch of at least this many objects that all fail to be described fails as a whole.
 SYSTEMIC_FAILURE = 20
 
@@ -203,7 +217,8 @@ class SetWriter:
 
     def apply(self, objects, fingerprints=None, history=None):
         """``objects``: ``{object_pk: obj or None}``, ``None`` for an object that is not (or no
-        longer) among the set's items. ``fingerprints``: those of the objects, read in the
+        longer) among the set's items, :data:`UNREAD` for one that is, not read yet (then
+        ``fingerprints`` must be given). ``fingerprints``: those of the objects, read in the
         database (``fingerprint_fields``) before the objects were, else they are read here.
         ``history``: ``{object_pk: History}`` of pending changes; without, a change is made now."""
         with rendering.batch():  # the pages it renders share what they read of the configuration
@@ -211,14 +226,20 @@ class SetWriter:
 
     def _apply(self, objects, fingerprints, history):
         history = history or {}
-        keys, fingerprints = self._unvouched(objects, fingerprints, history)
-        known = self._records([key for key in keys if objects[key] is not None], ("id", "object_pk", *ENTRY_FIELDS))
+        # The records of the objects, read once: to tell which are unchanged, and to compare
+        # the others with.
+        known = self._records([key for key, obj in objects.items() if obj is not None], ("id", "object_pk", *ENTRY_FIELDS))
+        keys, fingerprints = self._unvouched(objects, known, fingerprints, history)
         # Of an object that is gone, only what its deletion needs.
         known.update(self._records([key for key in keys if objects[key] is None], ("id", "object_pk", "uri")))
         writes, gone, changes = {}, [], []  # writes: {key: values} of rows to (re)write
         left_out = {}  # {key: reason} of objects that cannot be listed
         withdrawn = {}  # {key: record id} of resources that leave the set
         prepared = self._prepared([key for key in keys if objects[key] is not None], fingerprints)
+        objects = self._read_unread(objects, [
+            key for key in keys
+            if objects[key] is UNREAD and (key not in prepared or (key in history and history[key].earlier))
+        ])
         rendered = self._batch_contents([key for key in keys if key not in prepared], objects, known, fingerprints)
         for key in keys:
             obj, row = objects[key], known.get(key)
@@ -427,6 +448,14 @@ class SetWriter:
             self._any_left_out = LeftOut.objects.filter(resource_set=self.resource_set).exists()
         return self._any_left_out
 
+    def _read_unread(self, objects, keys):
+        """``objects`` with those of ``keys`` read, in one query; one that has left the set's
+        items since its fingerprint was read is ``None``, gone."""
+        if not keys:
+            return objects
+        found = {str(obj.pk): obj for obj in bulk.filter_in(self.source.queryset(self.resource_set.lookups), "pk", keys)}
+        return {**objects, **{key: found.get(key) for key in keys}}
+
     def _records(self, keys, fields):
         """``{object_pk: {field: value}}`` of the set's records of ``keys``."""
         if not keys:
@@ -434,9 +463,9 @@ class SetWriter:
         recorded = bulk.filter_in(Resource.objects.filter(resource_set=self.resource_set), "object_pk", keys)
         return {row["object_pk"]: row for row in recorded.values(*fields)}
 
-    def _unvouched(self, objects, fingerprints=None, history=None):
-        """The keys of ``objects`` to describe and compare with their record, and the
-        fingerprints computed on the way. When the source's fingerprint covers its entries, an
+    def _unvouched(self, objects, known, fingerprints=None, history=None):
+        """The keys of ``objects`` to describe and compare with their record (in ``known``),
+        and the fingerprints computed on the way. When the source's fingerprint covers its entries, an
         object whose fingerprint matches its record's is left out, unchanged, unread (unless
         it has saves in ``history`` that a later one overtook: those are changes)."""
         present = {key: obj for key, obj in objects.items() if obj is not None}
@@ -446,7 +475,7 @@ class SetWriter:
             fingerprints = {key: fingerprints.get(key, "") for key in present}
         if not self.source.fingerprint_covers_entry:
             return list(objects), fingerprints
-        unchanged = matching_fingerprints(self.resource_set, fingerprints)
+        unchanged = _matching(known, fingerprints)
         if history:
             unchanged = {key for key in unchanged if key not in history or not history[key].earlier}
         self.counts.unchanged += len(unchanged)
@@ -460,13 +489,13 @@ class SetWriter:
         their fingerprint stays the same. Objects that cannot be described are left for
         :meth:`apply` to report. Returns how many were kept."""
         fingerprints = self.read_fingerprints(keys)  # first, as everywhere
-        unchanged = matching_fingerprints(self.resource_set, fingerprints)
+        known = self._records(list(fingerprints), ("id", "object_pk", *ENTRY_FIELDS))
+        unchanged = _matching(known, fingerprints)
         stale = [key for key in fingerprints if fingerprints[key] and key not in unchanged]
         if not stale:
             return 0
         objects = {str(obj.pk): obj for obj in bulk.filter_in(self.source.queryset(self.resource_set.lookups), "pk", stale)}
         stale = [key for key in stale if key in objects]
-        known = self._records(stale, ("id", "object_pk", *ENTRY_FIELDS))
         with rendering.batch():
             kept = self._describe_ahead(stale, objects, known, fingerprints)
         # COPY on PostgreSQL: each value, the entry's XML among them, goes as it is (an INSERT

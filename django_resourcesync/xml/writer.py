@@ -55,6 +55,8 @@ def _clean(value):
 
 def attr(value):
     """Escape a value for use inside a double-quoted attribute."""
+    if type(value) is int:  # a length: nothing to escape
+        return str(value)
     value = str(value)
     if _NEEDS_WORK.search(value):
         value = _clean(value).translate(_ATTR_ESCAPES)
@@ -70,7 +72,12 @@ def text(value):
 
 
 def _attributes(values, order):
-    return "".join(f' {name}="{attr(values[name])}"' for name in order if values.get(name) is not None)
+    out = []
+    for name in order:
+        value = values.get(name)
+        if value is not None:
+            out.append(f' {name}="{attr(value)}"')
+    return "".join(out)
 
 
 def md_element(values):
