@@ -95,11 +95,12 @@ def offer(resource_set, name, options, *, helpers):
     return job
 
 
-def ready(job, numbers, *, wait=0.2):
+def ready(job, numbers, *, wait=0.05):
     """Have the parts ``numbers`` of ``job`` done: those nobody holds (or whose holder went
-    silent) here, then wait for the others; returns the numbers of those that failed (the caller
-    does without them). Its claims commit at once: call it outside a transaction, or a worker
-    claiming the same part would wait for that transaction's end."""
+    silent) here, then wait for the others, doing meanwhile any other part that is free, one at
+    a time (it needs doing anyway: the time is not lost); returns the numbers of those that
+    failed (the caller does without them). Its claims commit at once: call it outside a
+    transaction, or a worker claiming the same part would wait for that transaction's end."""
     holder = _holder()
     numbers = sorted(numbers)
     while True:
@@ -107,7 +108,8 @@ def ready(job, numbers, *, wait=0.2):
         parts = list(SharedPart.objects.filter(job=job, number__in=numbers).values_list("number", "done", "error"))
         if all(done for _number, done, _error in parts):
             return [number for number, _done, error in parts if error]
-        time.sleep(wait)
+        if not take_parts(job, holder, most=1):
+            time.sleep(wait)
 
 
 def end(job):
@@ -143,13 +145,13 @@ def running(resource_set, name):
     return unfinished.values_list("job", flat=True).first()
 
 
-def take_parts(job, holder=None, *, numbers=None):
-    """Do parts of ``job`` (of those ``numbers``, if given) while any is free (unclaimed, or its
-    holder silent for ``PART_TIMEOUT``); returns how many were done here. The
-    ``resourcesync.share_job`` task."""
+def take_parts(job, holder=None, *, numbers=None, most=None):
+    """Do parts of ``job`` (of those ``numbers``, if given; ``most`` of them at most) while any
+    is free (unclaimed, or its holder silent for ``PART_TIMEOUT``); returns how many were done
+    here. The ``resourcesync.share_job`` task."""
     holder = holder or _holder()
     done = 0
-    while (part := _claim(job, holder, numbers)) is not None:
+    while (most is None or done < most) and (part := _claim(job, holder, numbers)) is not None:
         if part.attempts > app_settings.PART_ATTEMPTS:
             _settle(part, holder, error=f"part {part.number} was started {part.attempts - 1} times without finishing")
             return done

@@ -149,6 +149,37 @@ def test_a_part_whose_holder_went_silent_is_taken_over(seed, metadata, settings)
     assert updated_keys(metadata) == sorted(changed)
 
 
+DONE_HERE = []
+
+
+@sharing.kind("test-noted")
+def _noted_part(resource_set, options, beat):
+    DONE_HERE.append(options["n"])
+    return {"done": 1}
+
+
+@pytest.mark.django_db
+def test_waiting_for_parts_another_worker_holds_it_does_the_free_ones_meanwhile(seed, metadata, monkeypatch):
+    # The process writing changes needs part 1, which a helper holds: rather than sit idle, it
+    # does the free parts (the helper would do them next), one at a time, looking again after each.
+    seed(1)
+    DONE_HERE.clear()
+    job = "w" * 32
+    SharedPart.objects.bulk_create([SharedPart(job=job, kind="test-noted", resource_set=metadata, number=number,
+                                               options={"n": number}) for number in (1, 2, 3)])
+    SharedPart.objects.filter(job=job, number=1).update(holder="helper:1:x", heartbeat=timezone.now(), attempts=1)
+    looked = []
+
+    def helper_finishes(seconds):  # the wait between looks: the helper is done with part 1 by then
+        looked.append(list(DONE_HERE))
+        SharedPart.objects.filter(job=job, number=1).update(done=timezone.now(), result={"done": 1})
+
+    monkeypatch.setattr(sharing.time, "sleep", helper_finishes)
+    assert sharing.ready(job, [1]) == []
+    assert DONE_HERE == [2, 3] and looked == [[2, 3]]
+    assert all(SharedPart.objects.filter(job=job).values_list("done", flat=True))
+
+
 @pytest.mark.django_db
 def test_a_part_whose_holder_is_alive_is_left_to_it(seed, metadata):
     seed(3)
