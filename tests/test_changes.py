@@ -612,3 +612,27 @@ def test_a_change_committed_after_the_objects_were_read_is_not_hidden(tracked, c
     record = Resource.objects.get(resource_set=bitstreams, object_pk=str(f.pk))
     assert record.uri == f"http://testserver{f.get_absolute_url()}" and record.uri.endswith("/renamed.txt")
     assert ("created", record.uri) in {(c, loc) for c, loc, _ in changes(bitstreams)}
+
+
+@pytest.mark.django_db
+def test_an_object_given_the_uri_of_another_is_left_out_and_the_owner_keeps_publishing_it(seed, metadata, monkeypatch, caplog):
+    seed(3)
+    tracking.reconcile(metadata)
+    first, second, _third = Item.objects.order_by("pk")
+    records = dict(Resource.objects.filter(resource_set=metadata).values_list("object_pk", "uri"))
+    source = metadata.get_source()
+    location = type(source).location
+    # A site whose second item now claims the page of the first.
+    monkeypatch.setattr(type(source), "location",
+                        lambda self, obj: location(self, first) if obj.pk == second.pk else location(self, obj))
+    both = Item.objects.filter(pk__in=[first.pk, second.pk])
+    both.update(title="Both retitled")
+    tracking.changed(both)
+    after = ChangeEvent.objects.filter(resource_set=metadata).order_by("-id").values_list("id", flat=True).first() or 0
+    tracking.process_pending()
+    # The first item keeps its URI and publishes its change; the second keeps its record as it
+    # was (no event: a Destination hears of nothing it cannot fetch), and the log says why.
+    assert dict(Resource.objects.filter(resource_set=metadata).values_list("object_pk", "uri")) == records
+    new = ChangeEvent.objects.filter(resource_set=metadata, id__gt=after)
+    assert list(new.values_list("object_pk", "change", "uri")) == [(str(first.pk), "updated", records[str(first.pk)])]
+    assert f"object {second.pk} has the URI {records[str(first.pk)]} of object {first.pk}; not published" in caplog.text

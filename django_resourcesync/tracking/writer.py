@@ -293,7 +293,7 @@ class SetWriter:
             # every resource out of the set.
             example = next(iter(left_out.values()))
             raise SourceUnavailable(f"all {present} objects of a batch of {self.resource_set.slug} failed, e.g.: {example}")
-        refused = self._uri_clashes(writes)
+        refused = self._uri_clashes(writes, known)
         if refused:
             # A refused object keeps its record as it was, so none of its events stand.
             writes = {key: values for key, values in writes.items() if key not in refused}
@@ -556,14 +556,15 @@ class SetWriter:
                 pass  # described below, where it is reported
         return fingerprints
 
-    def _uri_clashes(self, writes):
-        """Keys of objects whose URI another object of the set already publishes: left out."""
+    def _uri_clashes(self, writes, known):
+        """Keys of objects whose URI another object of the set already publishes: left out.
+        An object that keeps the URI of its record (``known``) is the one that publishes it (a
+        set's URIs are unique): only new and moved URIs are looked for."""
         if not writes:
             return set()
-        found = bulk.filter_in(
-            Resource.objects.filter(resource_set=self.resource_set), "uri", [values["uri"] for values in writes.values()]
-        )
-        taken = dict(found.values_list("uri", "object_pk"))
+        looked_for = [values["uri"] for key, values in writes.items() if key not in known or known[key]["uri"] != values["uri"]]
+        found = bulk.filter_in(Resource.objects.filter(resource_set=self.resource_set), "uri", looked_for)
+        taken = dict(found.values_list("uri", "object_pk")) if looked_for else {}
         refused = set()
         for key, values in writes.items():
             owner = taken.get(values["uri"])
