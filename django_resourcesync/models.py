@@ -504,7 +504,9 @@ class PreparedEntry(models.Model):
     resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="+")
     object_pk = models.CharField(max_length=255)
     fingerprint = models.CharField(max_length=512)
-    values = models.JSONField()
+    #: The record's values as JSON text: written once and read once, never queried into (as
+    #: text PostgreSQL stores and returns it without parsing it, twice as fast as ``jsonb``).
+    values = models.TextField()
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -100,7 +100,7 @@ def test_the_set_lock_keeps_writers_apart_but_lets_helpers_keep_what_they_prepar
     metadata = demo_set("metadata")
     with tracking.locked(metadata):
         prepared = _in_another_connection(lambda: PreparedEntry.objects.create(
-            resource_set_id=metadata.pk, object_pk="1", fingerprint="f", values={}
+            resource_set_id=metadata.pk, object_pk="1", fingerprint="f", values="{}"
         ))
         assert isinstance(prepared, PreparedEntry), prepared
         other_writer = _in_another_connection(lambda: ResourceSet.objects.lock(metadata.pk))

@@ -2,6 +2,7 @@
 
 import datetime
 import functools
+import json
 import logging
 from dataclasses import dataclass, field
 
@@ -489,7 +490,8 @@ class SetWriter:
         their fingerprint stays the same. Objects that cannot be described are left for
         :meth:`apply` to report. Returns how many were kept."""
         fingerprints = self.read_fingerprints(keys)  # first, as everywhere
-        known = self._records(list(fingerprints), ("id", "object_pk", *ENTRY_FIELDS))
+        # What tells whether the fingerprint changed, and the hashes it vouches for if not.
+        known = self._records(list(fingerprints), ("object_pk", "fingerprint", *REPRESENTATION_FIELDS))
         unchanged = _matching(known, fingerprints)
         stale = [key for key in fingerprints if fingerprints[key] and key not in unchanged]
         if not stale:
@@ -518,7 +520,8 @@ class SetWriter:
                 raise
             except Exception:  # reported when its change is written
                 continue
-            kept.append((key, fingerprints[key], {**values, "lastmod": values["lastmod"] and values["lastmod"].isoformat()}))
+            lastmod = values["lastmod"] and values["lastmod"].isoformat()
+            kept.append((key, fingerprints[key], json.dumps({**values, "lastmod": lastmod})))
         return kept
 
     def _prepared(self, keys, fingerprints):
@@ -526,10 +529,13 @@ class SetWriter:
         have now (read before the objects)."""
         if not keys or not self.source.fingerprint_covers_entry or self.keeping:
             return {}
-        found = bulk.filter_in(PreparedEntry.objects.filter(resource_set=self.resource_set), "object_pk", keys)
+        # From the database they were written to (a replica may not have them yet).
+        entries = PreparedEntry.objects.using(router.db_for_write(PreparedEntry)).filter(resource_set=self.resource_set)
         prepared = {}
-        for key, fingerprint, values in found.values_list("object_pk", "fingerprint", "values"):
+        found = bulk.filter_in(entries, "object_pk", keys).values_list("object_pk", "fingerprint", "values")
+        for key, fingerprint, text in found:
             if fingerprint and fingerprints.get(key) == fingerprint:
+                values = json.loads(text)
                 lastmod = values["lastmod"]
                 prepared[key] = {**values, "lastmod": lastmod and datetime.datetime.fromisoformat(lastmod)}
         return prepared
