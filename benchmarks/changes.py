@@ -748,6 +748,60 @@ def cpu_seconds(pids):
     return found
 
 
+class PostgresCPU:
+    """The CPU seconds of the PostgreSQL server's processes (on this machine) over a run, by
+    kind: the backends (the connections of the workers, of this poller), autovacuum, the WAL
+    writer, the checkpointer and the others. Sampled at each poll: a process seen once counts
+    from its first sample (a backend that lives less than a poll is missed)."""
+
+    def __init__(self, connection):
+        self.ticks = os.sysconf("SC_CLK_TCK")
+        self.seen = {}  # pid: [kind, first, last]
+        self.postmaster = None
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                backend = cursor.fetchone()[0]
+            with open(f"/proc/{backend}/stat") as stat:
+                self.postmaster = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            pass  # the server is elsewhere: nothing to sample
+
+    def sample(self):
+        if self.postmaster is None:
+            return
+        try:
+            with open(f"/proc/{self.postmaster}/task/{self.postmaster}/children") as children:
+                pids = children.read().split()
+        except OSError:
+            return
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+                cpu = (int(fields[11]) + int(fields[12])) / self.ticks
+                if pid not in self.seen:
+                    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                        title = cmdline.read().decode(errors="replace").strip("\0")
+                    self.seen[pid] = [self.kind(title), cpu, cpu]
+                self.seen[pid][2] = cpu
+            except OSError:
+                continue
+
+    @staticmethod
+    def kind(title):
+        for kind in ("autovacuum", "walwriter", "checkpointer", "background writer"):
+            if kind in title:
+                return kind
+        return "backends" if "(" in title else "other"
+
+    def summary(self):
+        totals = {}
+        for kind, first, last in self.seen.values():
+            totals[kind] = totals.get(kind, 0.0) + last - first
+        return totals
+
+
 def child_workers(cfg, n, pids, run_number, max_load, max_wait, timeout, analyze=False):
     """Step 6, one run: the titles of n items by ``queryset.update()`` (not timed), then, once
     the load is low, ``tracking.changed(model=Item, pks=...)`` committed; timed from the end of
@@ -757,6 +811,7 @@ def child_workers(cfg, n, pids, run_number, max_load, max_wait, timeout, analyze
     there are prepared entries (counted once a second) and the shared parts (which process
     holds which part)."""
     setup_django(cfg)
+    from django.db import connection
     from django.db.models import Max, Sum
 
     from django_resourcesync.models import ChangeEvent, ChangeList, PendingChange, PreparedEntry, ResourceSet, SharedPart
@@ -792,6 +847,8 @@ def child_workers(cfg, n, pids, run_number, max_load, max_wait, timeout, analyze
     written = 0
     seconds = None
     prepared = 0
+    postgres = PostgresCPU(connection)
+    postgres.sample()
     polling = 0.0  # seconds this poller spent in its queries (the database works for it meanwhile)
     while True:
         now = time.perf_counter() - committed
@@ -805,6 +862,7 @@ def child_workers(cfg, n, pids, run_number, max_load, max_wait, timeout, analyze
             prepared = int(prepared_rows.exists())
         parts = list(parts_rows.values_list("number", "holder", "done"))
         polling += time.perf_counter() - asked
+        postgres.sample()
         polls += 1
         parts_total = max(parts_total, len(parts))
         prepared_max = max(prepared_max, prepared)
@@ -867,6 +925,7 @@ def child_workers(cfg, n, pids, run_number, max_load, max_wait, timeout, analyze
         "prepared_max": prepared_max,
         "polls": polls,
         "polling_seconds": polling,
+        "postgres_cpu": postgres.summary(),
         "timeline": timeline,
         "left": {
             "pending": PendingChange.objects.filter(source="metadata").count(),
@@ -1254,6 +1313,7 @@ def worker_line(result):
             + f"   load1 before {quiet['load']:.2f} ({waited}{'' if quiet['quiet'] else ', NOT below the limit'}), "
               f"after {result['load_after']:.2f}")
     marks = result["marks"]
+    postgres_cpu = postgres_cpu_text(result)
 
     def at(name):
         return f"{marks[name]:.1f}" if name in marks else "-"
@@ -1288,7 +1348,7 @@ def worker_line(result):
         f"      CPU in the run: workers {workers_cpu:.1f} s ({workers_cpu / n * 1000:.2f} ms a record: at most "
         f"{rate(n, workers_cpu) * result['workers']:,.0f} records/s on {result['workers']} busy core(s)), this poller "
         f"{cpu.get('self', 0):.1f} s (its {result['polls']} polls waited {result.get('polling_seconds', 0):.1f} s for the "
-        f"database), machine {cpu['machine']:.1f} s (of {os.cpu_count() * (seconds or 0):.1f} s on "
+        f"database), PostgreSQL {postgres_cpu}, machine {cpu['machine']:.1f} s (of {os.cpu_count() * (seconds or 0):.1f} s on "
         f"{os.cpu_count()} cores; the rest: PostgreSQL, Redis, anything else)",
         f"      check: {check['events']:,} events {check['changes']}, {check['items_with_one']:,}/{n:,} items with exactly one, "
         f"{check['items_without']} without, {check['items_with_more']} with more, {check['others']} of other objects; "
@@ -1300,6 +1360,14 @@ def worker_line(result):
         for line in logs.get(pid, {}).get("trouble", [])[:5]:
             lines.append(f"      worker {pids.index(pid) + 1}: {line[:300]}")
     return "\n".join(lines)
+
+
+def postgres_cpu_text(result):
+    found = result.get("postgres_cpu") or {}
+    if not found:
+        return "not sampled"
+    return f"{sum(found.values()):.1f} s (" + ", ".join(f"{kind} {seconds:.1f}" for kind, seconds in
+                                                   sorted(found.items(), key=lambda item: -item[1])) + ")"
 
 
 def report_workers(step):
