@@ -814,7 +814,16 @@ def child_workers(cfg, n, pids, run_number, max_load, max_wait, timeout, analyze
     from django.db import connection
     from django.db.models import Max, Sum
 
-    from django_resourcesync.models import ChangeEvent, ChangeList, PendingChange, PreparedEntry, ResourceSet, SharedPart
+    from django_resourcesync.models import (
+        ChangeEvent,
+        ChangeList,
+        PendingChange,
+        PreparedEntry,
+        Resource,
+        ResourceSet,
+        SharedPart,
+    )
+    from example_project.repository.models import Item
 
     metadata = ResourceSet.objects.get(slug="metadata")
     pks = item_pks()[:n]
@@ -823,6 +832,13 @@ def child_workers(cfg, n, pids, run_number, max_load, max_wait, timeout, analyze
     started = time.perf_counter()
     updated = update_titles(pks, f"workers {run_number}")
     update_seconds = time.perf_counter() - started
+    # What autovacuum does between two bursts of changes on a server (this one may have it off):
+    # the rows the earlier runs and the update left dead are cleared, the statistics current.
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        models = [ChangeEvent, ChangeList, PendingChange, PreparedEntry, SharedPart, Resource, Item]
+        cursor.execute("VACUUM ANALYZE " + ", ".join(connection.ops.quote_name(model._meta.db_table) for model in models))
+    vacuum_seconds = time.perf_counter() - started
     quiet = wait_for_quiet(max_load, max_wait)
     after = ChangeEvent.objects.filter(resource_set=metadata).aggregate(last=Max("id"))["last"] or 0
     # The events written, counted from their lists' entries (written in the same transaction as
@@ -907,6 +923,7 @@ def child_workers(cfg, n, pids, run_number, max_load, max_wait, timeout, analyze
         "items": len(pks),
         "updated_rows": updated,
         "update_seconds": update_seconds,
+        "vacuum_seconds": vacuum_seconds,
         "leftovers": leftovers,
         "recorded": recorded,
         "dropped": dropped,
@@ -1311,7 +1328,7 @@ def worker_line(result):
             + (f"{seconds:7.2f} s  {rate(n, seconds):>7,.0f} records/s" if seconds
                else f"TIMED OUT, {result['written']:,} events")
             + f"   load1 before {quiet['load']:.2f} ({waited}{'' if quiet['quiet'] else ', NOT below the limit'}), "
-              f"after {result['load_after']:.2f}")
+              f"after {result['load_after']:.2f}; VACUUM ANALYZE before {result.get('vacuum_seconds', 0):.1f} s (not timed)")
     marks = result["marks"]
     postgres_cpu = postgres_cpu_text(result)
 
