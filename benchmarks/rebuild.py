@@ -46,6 +46,7 @@ and database; ``--skip-resync`` skips step 4.
 
 import argparse
 import io
+import os
 import shutil
 import sys
 import tempfile
@@ -383,12 +384,27 @@ def verdict(ok):
     return "met" if ok else "NOT met"
 
 
+def cold(options):
+    """With ``--cold``: write out what is dirty and drop the page cache, dentries and inodes."""
+    if not options.cold:
+        return
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as caches:
+            caches.write("3\n")
+    except OSError as exc:
+        raise SystemExit(f"--cold needs to write /proc/sys/vm/drop_caches (root, Linux): {exc}") from exc
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100000,1000000", help="comma-separated N (default 100000,1000000)")
     parser.add_argument("--database-url", help="a PostgreSQL database to drop, create and use (a throwaway name)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory and database")
     parser.add_argument("--skip-resync", action="store_true", help="do not time resync")
+    parser.add_argument("--cold", action="store_true",
+                        help="empty the operating system's caches before each timed step (root): the files, "
+                             "their folders and the database read from the disk, as after a night of other work")
     parser.add_argument("--profile", choices=("auto", "always", "never"), default="auto",
                         help="cProfile the rebuild, nothing changed and 1%% changed, at the largest N"
                              " (auto: when the ratio is below target)")
@@ -402,6 +418,8 @@ def main():
     print(f"resourcesync_rebuild benchmark vs resync {resync_version()} (Python {sys.version.split()[0]}); {database}; "
           f"sizes {', '.join(f'{n:,}' for n in sizes)}; each step in its own child process; MB = 2**20 bytes")
     print(f"measured: {CHOICE}")
+    if options.cold:
+        print("--cold: the operating system's caches emptied before each timed step (files, folders, database)")
     results = {}
     for n in sizes:
         var_dir = tempfile.mkdtemp(prefix=f"rebuild-bench-{n}-")
@@ -418,11 +436,13 @@ def main():
                   f"{seed['first_seconds']:.1f} s ({count / seed['first_seconds']:,.0f} resources/s)"
                   + (f"; VACUUM ANALYZE {seed['vacuum_seconds']:.1f} s" if seed["vacuum_seconds"] else "")
                   + f"; not timed{'; data in ' + var_dir if options.keep else ''}")
+            cold(options)
             unchanged = run_child("rebuild", var_dir, cfg, count)
             print_rebuild(f"{OURS}, nothing changed", count, unchanged)
             change = run_child("change", var_dir, cfg, CHANGED_EVERY)
             print(f"  changed {change['changed']:,} files ({100 / CHANGED_EVERY:.0f}%) with queryset.update() "
                   f"in {change['seconds']:.2f} s (no signal; not timed)")
+            cold(options)
             changed = run_child("rebuild", var_dir, cfg, count)
             print_rebuild(f"{OURS}, 1% changed", count, changed)
             if changed["changed_in_record"] != change["changed"]:
@@ -430,6 +450,7 @@ def main():
                       f"{change['changed']:,} files were changed")
             theirs = None
             if not options.skip_resync:
+                cold(options)
                 theirs = run_child("resync", var_dir, cfg, count)
                 print(line(RESYNC, count, theirs,
                            f"  (make objects {theirs['make_seconds']:.2f} s + write {theirs['write_seconds']:.2f} s;"

@@ -24,6 +24,7 @@ import mimetypes
 import os
 import re
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 
 from django.core.exceptions import ImproperlyConfigured
@@ -44,8 +45,24 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 READ_CHUNK = 1024 * 1024
+#: Files :meth:`ResourceSource.prefetch` opens at a time.
+PREFETCH_THREADS = 16
 #: A content coding token (RFC 9110: gzip, br, deflate...).
 ENCODING_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
+
+
+def _advise(path):
+    """Open ``path`` and tell the operating system its bytes will be read soon (no error)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 class ResourceSource:
@@ -498,25 +515,33 @@ class ResourceSource:
 
     def prefetch(self, objects):
         """Ask the operating system to start reading these objects' files (on the local
-        filesystem) before they are needed, so packing overlaps disk reads with its own work."""
+        filesystem) before they are needed, so that reading and hashing them one after the
+        other, or packing them, finds them in memory. The files are opened ``PREFETCH_THREADS``
+        at a time: on a disk whose folders are no longer in memory, finding a file costs more
+        than reading it, and the disk finds several at once as fast as one. Nothing here fails:
+        an object whose file cannot be found is reported where it is read."""
         if not hasattr(os, "posix_fadvise"):
             return
+        paths = []
         for obj in objects:
-            f = self._get("file", obj)
             try:
+                f = self._get("file", obj)
                 path = f.path if f else None
+            except DatabaseError:
+                raise
             except (NotImplementedError, ValueError):  # remote storage, or no file
                 return
-            if not path:
+            except Exception:  # noqa: BLE001 - reported where the object is read
                 continue
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-            finally:
-                os.close(fd)
+            if path:
+                paths.append(path)
+        if len(paths) < 2 * PREFETCH_THREADS:
+            for path in paths:
+                _advise(path)
+            return
+        with ThreadPoolExecutor(PREFETCH_THREADS, thread_name_prefix="resourcesync-prefetch") as pool:
+            for _done in pool.map(_advise, paths, chunksize=64):
+                pass
 
     def representation(self, obj):
         """Read and hash the resource's bytes; ``None`` when the source knows no bytes for it.

@@ -2,6 +2,7 @@
 
 import datetime
 import io
+import os
 
 import pytest
 from hypothesis import example, given
@@ -170,3 +171,31 @@ def test_a_missing_file_cannot_be_published(tmp_path):
 
     entry = NoBytesSource().entry(Thing())
     assert (entry.uri, entry.md5, entry.length) == ("http://testserver/things/1", "", None)
+
+
+def test_prefetching_many_files_fails_on_nothing_and_leaves_no_file_open(tmp_path):
+    # Asking the operating system for a batch's files ahead (several at a time) must not fail
+    # the batch whatever its objects are: a missing file, a source that raises, a file on disk.
+    from django.core.files.storage import FileSystemStorage
+    from django.db.models.fields.files import FieldFile, FileField
+
+    field = FileField(storage=FileSystemStorage(location=str(tmp_path)))
+    field.name = "file"
+    for number in range(0, 200, 2):
+        (tmp_path / f"{number}.txt").write_bytes(b"x" * number)
+
+    class Thing:
+        def __init__(self, pk):
+            self.pk = pk
+
+    class FileSource(ResourceSource):
+        def file(self, obj):
+            if obj.pk == 7:
+                raise ValueError("a file the site cannot name")
+            return FieldFile(obj, field, f"{obj.pk}.txt")  # odd numbers: missing
+
+    things = [Thing(pk) for pk in range(200)]
+    before = len(os.listdir("/proc/self/fd"))
+    FileSource().prefetch(things)
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert FileSource().representation(things[4]).length == 4

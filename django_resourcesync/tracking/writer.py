@@ -331,12 +331,17 @@ class SetWriter:
     def _batch_contents(self, keys, objects, known, fingerprints):
         """``{key: content}`` of the objects of ``keys`` whose bytes must be read (no record
         whose fingerprint vouches for them), from one call of the source's ``contents()``; the
-        others, and those it does not answer for, are read one by one."""
+        others, and those it does not answer for, are read one by one (their files asked of
+        the operating system first, several at a time: ``source.prefetch()``)."""
         wanted = [
             objects[key] for key in keys
             if objects[key] is not None and not vouches(known.get(key), fingerprints.get(key))
         ]
-        return self.source.batch_contents(wanted) if wanted else {}
+        if not wanted:
+            return {}
+        rendered = self.source.batch_contents(wanted)
+        self.source.prefetch([obj for obj in wanted if str(obj.pk) not in rendered])
+        return rendered
 
     def _reader(self, row, content=NOT_RENDERED):
         """``entry_values``' ``read`` of an object whose record is ``row``: its bytes from
