@@ -227,10 +227,15 @@ class SetWriter:
 
     def _apply(self, objects, fingerprints, history):
         history = history or {}
-        # The records of the objects, read once: to tell which are unchanged, and to compare
-        # the others with.
-        known = self._records([key for key, obj in objects.items() if obj is not None], ("id", "object_pk", *ENTRY_FIELDS))
-        keys, fingerprints = self._unvouched(objects, known, fingerprints, history)
+        fields = ("id", "object_pk", *ENTRY_FIELDS)
+        if fingerprints is not None:
+            # Objects whose fingerprint was read for them, most of them changed: their records
+            # are read once, to tell which are unchanged and to compare the others with.
+            known = self._records([key for key, obj in objects.items() if obj is not None], fields)
+            keys, fingerprints = self._unvouched(objects, fingerprints, history, known)
+        else:  # a reconcile's batch, most of it unchanged: the records of the others
+            keys, fingerprints = self._unvouched(objects, None, history)
+            known = self._records([key for key in keys if objects[key] is not None], fields)
         # Of an object that is gone, only what its deletion needs.
         known.update(self._records([key for key in keys if objects[key] is None], ("id", "object_pk", "uri")))
         writes, gone, changes = {}, [], []  # writes: {key: values} of rows to (re)write
@@ -469,11 +474,12 @@ class SetWriter:
         recorded = bulk.filter_in(Resource.objects.filter(resource_set=self.resource_set), "object_pk", keys)
         return {row["object_pk"]: row for row in recorded.values(*fields)}
 
-    def _unvouched(self, objects, known, fingerprints=None, history=None):
-        """The keys of ``objects`` to describe and compare with their record (in ``known``),
-        and the fingerprints computed on the way. When the source's fingerprint covers its entries, an
-        object whose fingerprint matches its record's is left out, unchanged, unread (unless
-        it has saves in ``history`` that a later one overtook: those are changes)."""
+    def _unvouched(self, objects, fingerprints=None, history=None, known=None):
+        """The keys of ``objects`` to describe and compare with their record (``known``, if
+        read), and the fingerprints computed on the way. When the source's fingerprint covers
+        its entries, an object whose fingerprint matches its record's is left out, unchanged,
+        unread (unless it has saves in ``history`` that a later one overtook: those are
+        changes)."""
         present = {key: obj for key, obj in objects.items() if obj is not None}
         if fingerprints is None:
             fingerprints = self._fingerprints(present)
@@ -481,7 +487,7 @@ class SetWriter:
             fingerprints = {key: fingerprints.get(key, "") for key in present}
         if not self.source.fingerprint_covers_entry:
             return list(objects), fingerprints
-        unchanged = _matching(known, fingerprints)
+        unchanged = matching_fingerprints(self.resource_set, fingerprints) if known is None else _matching(known, fingerprints)
         if history:
             unchanged = {key for key in unchanged if key not in history or not history[key].earlier}
         self.counts.unchanged += len(unchanged)
