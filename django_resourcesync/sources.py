@@ -45,8 +45,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 READ_CHUNK = 1024 * 1024
-#: Files :meth:`ResourceSource.prefetch` opens at a time.
+#: Files :meth:`ResourceSource.prefetch` opens at a time, and how much of each it asks for
+#: (the rest comes by the system's own read-ahead as the file is read).
 PREFETCH_THREADS = 16
+PREFETCH_BYTES = 8 * 1024 * 1024
 #: A content coding token (RFC 9110: gzip, br, deflate...).
 ENCODING_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
 
@@ -58,7 +60,7 @@ def _advise(path):
     except OSError:
         return
     try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        os.posix_fadvise(fd, 0, PREFETCH_BYTES, os.POSIX_FADV_WILLNEED)
     except OSError:
         pass
     finally:
