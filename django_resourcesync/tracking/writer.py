@@ -75,11 +75,7 @@ def fingerprints_of_rows(source, rows):
 def matching_fingerprints(resource_set, fingerprints):
     """The keys of ``{key: fingerprint}`` whose record in the set has that fingerprint."""
     recorded = bulk.filter_in(Resource.objects.filter(resource_set=resource_set), "object_pk", fingerprints)
-    return {
-        key
-        for key, fingerprint in recorded.values_list("object_pk", "fingerprint")
-        if fingerprint and fingerprints[key] == fingerprint
-    }
+    return _matching({row["object_pk"]: row for row in recorded.values("object_pk", "fingerprint")}, fingerprints)
 
 
 def _matching(known, fingerprints):
@@ -464,8 +460,12 @@ class SetWriter:
         items since its fingerprint was read is ``None``, gone."""
         if not keys:
             return objects
-        found = {str(obj.pk): obj for obj in bulk.filter_in(self.source.queryset(self.resource_set.lookups), "pk", keys)}
+        found = self._objects(keys)
         return {**objects, **{key: found.get(key) for key in keys}}
+
+    def _objects(self, keys):
+        """``{key: obj}`` of those of ``keys`` that are among the set's items, in one query."""
+        return {str(obj.pk): obj for obj in bulk.filter_in(self.source.queryset(self.resource_set.lookups), "pk", keys)}
 
     def _records(self, keys, fields):
         """``{object_pk: {field: value}}`` of the set's records of ``keys``."""
@@ -507,7 +507,7 @@ class SetWriter:
         stale = [key for key in fingerprints if fingerprints[key] and key not in unchanged]
         if not stale:
             return 0
-        objects = {str(obj.pk): obj for obj in bulk.filter_in(self.source.queryset(self.resource_set.lookups), "pk", stale)}
+        objects = self._objects(stale)
         stale = [key for key in stale if key in objects]
         with rendering.batch():
             kept = self._describe_ahead(stale, objects, known, fingerprints)
