@@ -9,6 +9,9 @@ workers can render them at the same time: part N is ``resourcelist/<build>/part-
 followed by ``part-NNNNN-2.xml`` and so on if its rows pass the byte limit.
 """
 
+import itertools
+
+from django.db import connections
 from django.utils import timezone
 
 from .. import capabilities, heads, mementos, uris, versions
@@ -70,27 +73,85 @@ def _head(build, completed, *, in_index=False):
                       indexed_by=capabilities.RESOURCELIST if in_index else None)
 
 
-def _entries(rows, batch_size, resource_set):
-    # Each row carries its <url> element, rendered when the resource last changed: the list is
-    # an ordered scan that copies text, with no per-resource formatting (but the links to a
-    # resource's TimeGate and TimeMap, where the set publishes prior versions).
-    if not versions.publishes(resource_set):
-        for entry in rows.order_by("pk").values_list("entry_xml", flat=True).iterator(chunk_size=batch_size):
-            yield entry.encode("utf-8")
-        return
-    links_of = mementos.resource_links_for(resource_set)
-    for entry, key in rows.order_by("pk").values_list("entry_xml", "object_pk").iterator(chunk_size=batch_size):
-        yield mementos.splice(entry, links_of(key)).encode("utf-8")
+def _entry_blocks(rows, batch_size, resource_set):
+    """The ``<url>`` elements of ``rows`` in key order, ``batch_size`` at a time: each block
+    ``(count, data, one_by_one)``, ``data`` the UTF-8 bytes of its ``count`` entries joined, and
+    ``one_by_one()`` the same entries each alone (for a block that would overflow a document).
+
+    Each row carries its element, rendered when the resource last changed: the list is an
+    ordered scan that copies text, with no per-resource formatting (but the links to a
+    resource's TimeGate and TimeMap, where the set publishes prior versions). On PostgreSQL the
+    database joins a block's elements (``string_agg``), so no Python object is made per row.
+    """
+    rows = rows.order_by("pk")
+    if versions.publishes(resource_set):
+        links_of = mementos.resource_links_for(resource_set)
+        entries = rows.values_list("entry_xml", "object_pk").iterator(chunk_size=batch_size)
+        return _joined((mementos.splice(entry, links_of(key)) for entry, key in entries), batch_size)
+    if connections[rows.db].vendor == "postgresql":
+        return _joined_by_postgresql(rows, batch_size)
+    return _joined(rows.values_list("entry_xml", flat=True).iterator(chunk_size=batch_size), batch_size)
+
+
+def _joined(entries, size):
+    entries = iter(entries)
+    while block := list(itertools.islice(entries, size)):
+        yield len(block), "".join(block).encode("utf-8"), lambda block=block: (entry.encode("utf-8") for entry in block)
+
+
+def _joined_by_postgresql(rows, size):
+    # Keyset pages of the rows, each read by one query (its snapshot its own, as each part's is).
+    # The elements are joined in the order the sorted page gives them, which PostgreSQL keeps in
+    # practice: no sort of the page again (``ORDER BY`` in the aggregate costs as much as the
+    # rest of the query), and a Resource List's entries may come in any order anyway.
+    after = None
+    while True:
+        page = rows if after is None else rows.filter(pk__gt=after)
+        sql, params = page.values_list("pk", "entry_xml")[:size].query.get_compiler(rows.db).as_sql()
+        with connections[rows.db].cursor() as cursor:
+            cursor.execute(
+                f"SELECT count(*), max(page.pk), string_agg(page.entry, '') FROM ({sql}) AS page (pk, entry)",
+                params,
+            )
+            count, last, data = cursor.fetchone()
+        if not count:
+            return
+        one_by_one = rows.filter(pk__lte=last) if after is None else rows.filter(pk__gt=after, pk__lte=last)
+        yield count, data.encode("utf-8"), lambda entries=one_by_one: (
+            entry.encode("utf-8") for entry in entries.values_list("entry_xml", flat=True)
+        )
+        if count < size:
+            return
+        after = last
+
+
+def _fill(writer, blocks, limits, full):
+    """Add the entries of ``blocks`` to ``writer``, a block at once where it fits, else one at a
+    time; ``full(writer)`` is called with the writer an entry does not fit in, and returns the
+    one to go on with. Yields ``(entries added so far, the writer)`` after each block."""
+    added = 0
+    for count, data, one_by_one in blocks:
+        if writer.fits(len(data), *limits, count=count):
+            writer.add(data, count=count)
+        else:
+            for entry in one_by_one():
+                if not writer.fits(len(entry), *limits):
+                    writer = full(writer)
+                writer.add(entry)
+        added += count
+        yield added, writer
+
+
+def _overflow(writer):
+    writer.discard()
+    raise _Overflow
 
 
 def _render_single(context, rows, total, progress, batch_size):
     writer = DocumentWriter()
     limits = app_settings.MAX_ENTRIES_PER_DOCUMENT, app_settings.MAX_DOCUMENT_BYTES  # read once, not per entry
-    for entry in _entries(rows, batch_size, context.resource_set):
-        if not writer.fits(len(entry), *limits):
-            writer.discard()
-            raise _Overflow
-        writer.add(entry)
+    for _added, writer in _fill(writer, _entry_blocks(rows, batch_size, context.resource_set), limits, _overflow):
+        pass
     completed = timezone.now()
     build = context.build
     md, links = _head(build, completed)
@@ -109,24 +170,26 @@ def render_part(context, part, *, progress=None, batch_size):
     count = 0
     writer = DocumentWriter()
 
-    def finish_document():
+    def finish_document(writer):
         completed = timezone.now()
         name = part_name(build, part.number, written + 1)
         md, links = _head(build, completed, in_index=True)
         context.write(name, writer, md=md, links=links, at=build.at, completed=completed, replace=True)
 
+    def full(writer):
+        nonlocal written
+        finish_document(writer)
+        written += 1
+        return DocumentWriter()
+
     limits = app_settings.MAX_ENTRIES_PER_DOCUMENT, app_settings.MAX_DOCUMENT_BYTES  # read once, not per entry
-    for entry in _entries(rows, batch_size, context.resource_set):
-        if not writer.fits(len(entry), *limits):
-            finish_document()
-            written += 1
-            writer = DocumentWriter()
-        writer.add(entry)
-        count += 1
-        if progress and count % 10_000 == 0:
-            progress(count, count)
+    blocks = _entry_blocks(rows, batch_size, context.resource_set)
+    for added, writer in _fill(writer, blocks, limits, full):
+        if progress and added // 10_000 > count // 10_000:
+            progress(added, added)
+        count = added
     if writer.count or not written:
-        finish_document()
+        finish_document(writer)
         written += 1
     else:
         writer.discard()

@@ -196,18 +196,20 @@ class DocumentWriter:
         self._pending_size = 0
         self._body_size = 0
 
-    def fits(self, entry_size, max_entries, max_bytes):
-        """Whether one more entry of ``entry_size`` bytes keeps the document within limits."""
-        return self.count < max_entries and self.HEAD_ROOM + self._body_size + entry_size <= max_bytes
+    def fits(self, entry_size, max_entries, max_bytes, count=1):
+        """Whether one more entry of ``entry_size`` bytes (or ``count`` entries of that many
+        bytes together) keeps the document within limits."""
+        return self.count + count <= max_entries and self.HEAD_ROOM + self._body_size + entry_size <= max_bytes
 
-    def add(self, entry):
-        """Append one entry (text from :func:`url_element`, or bytes)."""
+    def add(self, entry, count=1):
+        """Append one entry (text from :func:`url_element`, or bytes), or ``count`` entries
+        joined in one."""
         if isinstance(entry, str):
             entry = entry.encode("utf-8")
         self._pending.append(entry)
         self._pending_size += len(entry)
         self._body_size += len(entry)
-        self.count += 1
+        self.count += count
         if self._pending_size >= 256 * 1024:
             self._spill()
 
