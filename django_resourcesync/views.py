@@ -13,21 +13,14 @@ With ``SERVE_BY_REDIRECT`` they are redirected to the storage's URL instead.
 import functools
 import hashlib
 import re
+import sys
 from importlib import resources
 
-from django.core.exceptions import ImproperlyConfigured
 from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.utils import timezone
 from django.utils.cache import get_conditional_response
 from django.utils.http import http_date, quote_etag
 from django.views.decorators.http import require_safe
-
-try:  # django-storages' S3 storage, where boto3 is installed
-    from s3transfer.constants import ALLOWED_DOWNLOAD_ARGS
-    from storages.backends.s3 import S3Storage
-    from storages.utils import clean_name, safe_join
-except (ImportError, ImproperlyConfigured):  # django-storages raises the latter without boto3
-    S3Storage = None
 
 from . import access, capabilities, storage
 from .builders import capabilitylist
@@ -204,9 +197,17 @@ def _stream_from_storage(request, storage_name, size, content_type=CONTENT_TYPE,
 
 def _s3_object(store, storage_name):
     """The boto3 object behind ``storage_name`` and the parameters of a GET of it, if ``store``
-    is django-storages' S3 storage whose bytes are stored as they are (not gzipped), else ``None``."""
-    if S3Storage is None or not isinstance(store, S3Storage) or store.gzip:
+    is django-storages' S3 storage whose bytes are stored as they are (not gzipped), else ``None``.
+
+    A storage of that class was made after its module was imported: where it is not (most
+    sites), boto3 is not imported here either, which would cost every ``manage.py`` command
+    that reverses a URL a tenth of a second."""
+    s3_module = sys.modules.get("storages.backends.s3")
+    if s3_module is None or not isinstance(store, s3_module.S3Storage) or store.gzip:
         return None
+    from s3transfer.constants import ALLOWED_DOWNLOAD_ARGS
+    from storages.utils import clean_name, safe_join
+
     key = safe_join(store.location, clean_name(storage_name))
     params = {key: value for key, value in store.get_object_parameters(storage_name).items() if key in ALLOWED_DOWNLOAD_ARGS}
     return store.bucket.Object(key), params
