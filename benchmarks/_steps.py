@@ -57,6 +57,33 @@ def run_as_child(options, children):
     return True
 
 
+def raw_read(rows):
+    """Read every row of the queryset ``rows`` through a DB-API cursor, its SQL as Django writes
+    it (psycopg's own cursor on PostgreSQL, past Django's wrapper); returns the row count. The
+    limit a pass over the same rows is measured against."""
+    from django.db import connections
+
+    sql, params = rows.query.sql_with_params()
+    connection = connections[rows.db]
+    with connection.cursor() as cursor:
+        (cursor.cursor if connection.vendor == "postgresql" else cursor).execute(sql, params)
+        count = 0
+        while chunk := cursor.fetchmany(10_000):
+            count += len(chunk)
+        return count
+
+
+def best_of(runs, step):
+    """``(the fastest of runs of step() in seconds, what its last run returned)``."""
+    timings = []
+    result = None
+    for _ in range(runs):
+        started = time.perf_counter()
+        result = step()
+        timings.append(time.perf_counter() - started)
+    return min(timings), result
+
+
 def profiled(func, *args, top, keys=("cumulative", "tottime"), **kwargs):
     """Call ``func`` under cProfile: ``{"seconds": ..., key: top functions as text, ...}``."""
     import cProfile

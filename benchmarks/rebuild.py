@@ -24,7 +24,9 @@ PostgreSQL database dropped and created: give it a throwaway name), the script:
    reconcile, the Resource List rebuilt and published, the Change List closed if due, the
    storage sweep. The time split of the rebuild comes from timers wrapped around the functions
    the command calls (``tracking.process_pending``, ``tracking.reconcile`` and its parts, each
-   capability's ``update``, ``sweep.sweep``);
+   capability's ``update``, ``sweep.sweep``). The reconcile's µs per resource is printed beside
+   the raw cursor read of the rows it compares (in a child, best of 2): the objects' key and
+   fingerprint fields, and their records' key and fingerprint;
 3. changes 1% of the files (every 100th by key) with ``queryset.update(media_type=...,
    modified=Now())``, which sends no signal (not timed), and times the command again: the
    reconcile must find them; the change events it wrote are counted;
@@ -65,6 +67,7 @@ BASE_URL = "http://127.0.0.1:8000"  # the example's default RESOURCESYNC["BASE_U
 
 TARGET_RATIO = 3.0
 TARGET_PEAK_MB = 200.0
+TARGET_RECONCILE_US = 5.0
 
 OURS = "resourcesync_rebuild"
 RESYNC = "resync"
@@ -321,6 +324,24 @@ def child_resync(cfg, n):
     }
 
 
+def child_raw(cfg):
+    """The raw cursor read of the rows a reconcile of the set compares, each read twice, the
+    faster kept: the set's objects (key and fingerprint fields, in key order) and their records
+    (key and recorded fingerprint)."""
+    setup_django(cfg)
+    from django_resourcesync.models import Resource, ResourceSet
+
+    resource_set = ResourceSet.objects.get(slug=SLUG)
+    source = resource_set.get_source()
+    objects = source.queryset(resource_set.lookups).order_by("pk").values_list("pk", *source.fingerprint_fields)
+    records = Resource.objects.filter(resource_set=resource_set).order_by("pk").values_list("object_pk", "fingerprint")
+    figures = {}
+    for name, rows in (("objects", objects), ("records", records)):
+        figures[name], figures[f"{name}_rows"] = _steps.best_of(2, lambda rows=rows: _steps.raw_read(rows))
+    figures["fields"] = list(source.fingerprint_fields)
+    return figures
+
+
 def child_profile(cfg, top):
     """The rebuild once more, under cProfile."""
     setup_django(cfg)
@@ -332,7 +353,8 @@ def child_profile(cfg, top):
 
 
 CHILDREN = {
-    "seed": child_seed, "rebuild": child_rebuild, "change": child_change, "resync": child_resync, "profile": child_profile,
+    "seed": child_seed, "rebuild": child_rebuild, "raw": child_raw, "change": child_change, "resync": child_resync,
+    "profile": child_profile,
 }
 
 
@@ -439,6 +461,16 @@ def main():
             cold(options)
             unchanged = run_child("rebuild", var_dir, cfg, count)
             print_rebuild(f"{OURS}, nothing changed", count, unchanged)
+            raw = run_child("raw", var_dir, cfg)
+            reconciled = unchanged["phases"]["reconcile"]
+            print(f"  reconcile with nothing changed {us(reconciled, count):.2f} us/resource (target <= {TARGET_RECONCILE_US:.0f}"
+                  f" {verdict(us(reconciled, count) <= TARGET_RECONCILE_US)}), beside the raw cursor read of the rows it"
+                  f" compares (the limit; best of 2, after the rebuild):")
+            print(f"    the objects' key and {', '.join(raw['fields'])}: {us(raw['objects'], count):.2f} us/resource"
+                  f" ({raw['objects']:.2f} s, {raw['objects_rows']:,} rows); their records' key and fingerprint:"
+                  f" {us(raw['records'], count):.2f} us/resource ({raw['records']:.2f} s, {raw['records_rows']:,} rows)")
+            print(f"    ratio reconcile / raw read: {reconciled / raw['objects']:.2f}x the objects' rows,"
+                  f" {reconciled / (raw['objects'] + raw['records']):.2f}x both")
             change = run_child("change", var_dir, cfg, CHANGED_EVERY)
             print(f"  changed {change['changed']:,} files ({100 / CHANGED_EVERY:.0f}%) with queryset.update() "
                   f"in {change['seconds']:.2f} s (no signal; not timed)")

@@ -50,7 +50,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import _steps
-from _steps import add_child_arguments, run_as_child
+from _steps import add_child_arguments, best_of, raw_read, run_as_child
 
 ROOT = Path(__file__).resolve().parent.parent
 SETS = ("bitstreams", "metadata")
@@ -151,16 +151,6 @@ def old_fingerprinting(resource_set, batch_size):
         last = batch[-1][0]
 
 
-def best_of(runs, step):
-    timings = []
-    result = None
-    for _ in range(runs):
-        started = time.perf_counter()
-        result = step()
-        timings.append(time.perf_counter() - started)
-    return min(timings), result
-
-
 def child_measure(cfg, runs):
     setup_django(cfg)
     from django.db import connections
@@ -176,17 +166,11 @@ def child_measure(cfg, runs):
         queryset = source.queryset(resource_set.lookups)
         n = queryset.count()
         rows = queryset.order_by("pk").values_list("pk", *source.fingerprint_fields)
-        sql, params = rows.query.sql_with_params()
         connection = connections[queryset.db]
         events_before = ChangeEvent.objects.filter(resource_set=resource_set).count()
 
         def raw():
-            with connection.cursor() as cursor:
-                cursor.cursor.execute(sql, params) if connection.vendor == "postgresql" else cursor.execute(sql, params)
-                count = 0
-                while chunk := cursor.fetchmany(10_000):
-                    count += len(chunk)
-                return count
+            return raw_read(rows)
 
         def values():
             return sum(1 for _row in rows.iterator(chunk_size=10_000))
