@@ -50,7 +50,9 @@ share the machine; before each run it samples ``/proc/stat`` for a second and wa
 a minute behind, and our own previous run keeps it up). It prints what it waited, and the load
 average at each run.
 
-It prints, per run and as medians: seconds, µs per resource, the ratio 1 worker / 2 workers
+It prints, per run and as medians: seconds, µs per resource, how many of the machine's CPUs
+were busy on average during a worker run (``/proc/stat``: with one worker, PostgreSQL's own
+parallel workers of a query can keep more than one busy), the ratio 1 worker / 2 workers
 against the target (2 workers at least 1.7x as fast as 1), and the checks (updated events =
 objects changed, nothing left in ``SharedPart``). Then, with ``--phases`` (the default), a child
 times the pieces of the reconcile one after the other in process, as the task runs them: pending
@@ -433,9 +435,11 @@ def worker_run(cfg, count, set_id, timeout):
 
     client = Celery("bench-client", broker=cfg["broker_url"])
     with LoggedWorkers(cfg, count) as workers:
+        ticks = cpu_ticks()
         started = time.perf_counter()
         sent = client.send_task("resourcesync.reconcile_set", args=[set_id])
         ended, line, succeeded = workers.wait_for(sent.id, timeout)
+        busy = cpus_busy_between(ticks, cpu_ticks())
         seconds = ended - started
         owner, received = next((pid, when) for when, pid, text in workers.lines if f"[{sent.id}]" in text)
         parts = workers.share_jobs()
@@ -447,6 +451,7 @@ def worker_run(cfg, count, set_id, timeout):
     counts = dict((name, int(value)) for value, name in re.findall(r"(\d+) (created|updated|deleted|unchanged|skipped)", line))
     return {
         "seconds": seconds,
+        "cpus_busy": busy,
         "task_seconds": float(runtime.group(1)) if runtime else None,
         "succeeded": succeeded,
         "line": line[-300:],
@@ -462,22 +467,30 @@ def worker_run(cfg, count, set_id, timeout):
 # The machine's load
 
 
-def busy_cpus(seconds=1.0):
-    """CPUs busy (not idle, not waiting on I/O) over the next ``seconds``, from /proc/stat."""
-    def sample():
+def cpu_ticks():
+    """``(all ticks, idle ticks)`` of the machine's CPUs so far, from /proc/stat (idle counts
+    the time waiting on I/O); ``None`` where it cannot be read."""
+    try:
         with open("/proc/stat") as stat:
             fields = [int(value) for value in stat.readline().split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-        return sum(fields), idle
-
-    try:
-        total0, idle0 = sample()
-        time.sleep(seconds)
-        total1, idle1 = sample()
     except OSError:
+        return None
+    return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)
+
+
+def cpus_busy_between(before, after):
+    """CPUs busy on average between two ``cpu_ticks()`` samples."""
+    if before is None or after is None or after[0] == before[0]:
         return 0.0
-    total = total1 - total0
-    return (total - (idle1 - idle0)) / total * (os.cpu_count() or 1) if total else 0.0
+    total = after[0] - before[0]
+    return (total - (after[1] - before[1])) / total * (os.cpu_count() or 1)
+
+
+def busy_cpus(seconds=1.0):
+    """CPUs busy (not idle, not waiting on I/O) over the next ``seconds``."""
+    before = cpu_ticks()
+    time.sleep(seconds)
+    return cpus_busy_between(before, cpu_ticks())
 
 
 def wait_for_quiet(max_load, max_wait, *, use_loadavg):
@@ -517,6 +530,8 @@ def line(label, n, result):
     extra = []
     if result.get("task_seconds") is not None:
         extra.append(f"task {result['task_seconds']:.2f} s in the worker")
+    if result.get("cpus_busy") is not None:
+        extra.append(f"CPUs busy {result['cpus_busy']:.2f} of {os.cpu_count()}")
     if result.get("helper_received") is not None:
         extra.append(f"2nd worker's first range task at {result['helper_received']:.2f} s, "
                      f"{result['helper_parts']} ranges done by it")

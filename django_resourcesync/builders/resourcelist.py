@@ -133,12 +133,13 @@ def _fill(writer, blocks, limits, full):
     for count, data, one_by_one in blocks:
         if writer.fits(len(data), *limits, count=count):
             writer.add(data, count=count)
+            added += count
         else:
-            for entry in one_by_one():
+            for entry in one_by_one():  # read again on PostgreSQL: counted as written
                 if not writer.fits(len(entry), *limits):
                     writer = full(writer)
                 writer.add(entry)
-        added += count
+                added += 1
         yield added, writer
 
 
