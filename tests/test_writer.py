@@ -173,7 +173,7 @@ def test_a_missing_file_cannot_be_published(tmp_path):
     assert (entry.uri, entry.md5, entry.length) == ("http://testserver/things/1", "", None)
 
 
-def test_prefetching_many_files_fails_on_nothing_and_leaves_no_file_open(tmp_path):
+def test_prefetching_many_files_fails_on_nothing_and_leaves_no_file_open(tmp_path, monkeypatch):
     # Asking the operating system for a batch's files ahead (several at a time) must not fail
     # the batch whatever its objects are: a missing file, a source that raises, a file on disk.
     from django.core.files.storage import FileSystemStorage
@@ -199,3 +199,29 @@ def test_prefetching_many_files_fails_on_nothing_and_leaves_no_file_open(tmp_pat
     FileSource().prefetch(things)
     assert len(os.listdir("/proc/self/fd")) == before
     assert FileSource().representation(things[4]).length == 4
+
+    # Files found in memory are asked for one after the other, in this thread; once they take
+    # the disk's time, the rest in threads. Either way every file is asked for once.
+    import threading
+    import time
+
+    from django_resourcesync import sources
+
+    def advising(delay):
+        asked = []
+
+        def advise(path):
+            asked.append((path, threading.current_thread().name))
+            time.sleep(delay)
+            real(path)
+
+        monkeypatch.setattr(sources, "_advise", advise)
+        FileSource().prefetch([thing for thing in things if thing.pk != 7])
+        assert sorted(path for path, _thread in asked) == expected
+        return {thread.startswith("resourcesync-prefetch") for _path, thread in asked}
+
+    real = sources._advise
+    monkeypatch.setattr(sources, "PREFETCH_SLOW_SECONDS", 0.001)  # a busy machine's pauses are not a disk
+    expected = sorted(str(tmp_path / f"{pk}.txt") for pk in range(200) if pk != 7)
+    assert advising(0) == {False}, "warm: no thread"
+    assert advising(0.003) == {False, True}, "the first few alone, then the rest in threads"
