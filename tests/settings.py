@@ -12,10 +12,14 @@ The production variables of the example project (``DATABASE_URL``, ``CELERY_BROK
 ``AWS_STORAGE_BUCKET_NAME``) are ignored here: the variables above choose the stack.
 """
 
+import atexit
 import os
+import shutil
 import tempfile
 
-os.environ.setdefault("EXAMPLE_VAR_DIR", tempfile.mkdtemp(prefix="resourcesync-tests-"))
+if "EXAMPLE_VAR_DIR" not in os.environ:  # a worker a test starts is given the test's
+    os.environ["EXAMPLE_VAR_DIR"] = tempfile.mkdtemp(prefix="resourcesync-tests-")
+    atexit.register(shutil.rmtree, os.environ["EXAMPLE_VAR_DIR"], ignore_errors=True)
 for name in ("DATABASE_URL", "CELERY_BROKER_URL", "AWS_STORAGE_BUCKET_NAME"):
     os.environ.pop(name, None)  # the suite's own TEST_* variables choose the stack
 
