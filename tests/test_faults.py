@@ -479,22 +479,23 @@ def terminating_after(calls, function):
     return wrapper
 
 
-def entries_terminating(real):
-    """``resourcelist._entries``, whose connection is terminated after the third entry."""
-    def entries(rows, *args):
-        for number, entry in enumerate(real(rows, *args), start=1):
-            if number == 3:
+def blocks_terminating(real):
+    """``resourcelist._entry_blocks`` a block of two rows at a time, whose connection is
+    terminated once the third entry is read (with the second block)."""
+    def blocks(rows, _batch_size, *args):
+        for number, block in enumerate(real(rows, 2, *args), start=1):
+            if number == 2:
                 terminate_connection()
-            yield entry
+            yield block
 
-    return entries
+    return blocks
 
 
 CONNECTION_LOST = {
     # where: (set, capability rebuilt, how the point is reached)
     "writing a resource list": (
         "metadata", "resourcelist",
-        lambda mp: mp.setattr(resourcelist, "_entries", entries_terminating(resourcelist._entries))
+        lambda mp: mp.setattr(resourcelist, "_entry_blocks", blocks_terminating(resourcelist._entry_blocks))
     ),
     "packing a resource dump": (
         "bitstreams", "resourcedump",
