@@ -116,8 +116,7 @@ def _joined_by_postgresql(rows, size):
             count, last, data = cursor.fetchone()
         if not count:
             return
-        one_by_one = rows.filter(pk__lte=last) if after is None else rows.filter(pk__gt=after, pk__lte=last)
-        yield count, data.encode("utf-8"), lambda entries=one_by_one: (
+        yield count, data.encode("utf-8"), lambda entries=page.filter(pk__lte=last): (
             entry.encode("utf-8") for entry in entries.values_list("entry_xml", flat=True)
         )
         if count < size:
