@@ -7,6 +7,7 @@ from django.utils import timezone
 from . import capabilities, tracking
 from .builders.context import BuildContext
 from .builders.locks import build_lock
+from .exceptions import BuildInProgress
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +21,9 @@ def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None, para
     table's order, under the set's build lock for it: the Resource List and Resource Dump are built
     and published, an open Change List whose period is over is closed (the open list itself is
     served live and needs no build), and the changes not yet in a Change Dump package are
-    packaged. Returns the builds made (Resource List, Resource Dump).
+    packaged. Returns the builds made (Resource List, Resource Dump). A capability whose build
+    lock another build holds is left to that build; the others are built all the same, then
+    :class:`~django_resourcesync.exceptions.BuildInProgress` says which were left.
 
     With ``parallel`` (a Celery worker runs this), the reconcile is shared with the free workers
     (see :mod:`.sharing`), and a Resource List past one document, and a
@@ -50,12 +53,20 @@ def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None, para
         if skipped:
             logger.warning("Set %s: its source gives no bytes; %s not built", resource_set.slug, ", ".join(skipped))
         wanted = [capability for capability in wanted if not capability.needs_bytes]
-    builds = []
+    builds, busy = [], []
     for capability in wanted:
         options = {"progress": progress, "batch_size": batch_size, "parallel": parallel}
         if capability.build_lock:
-            with build_lock(resource_set, capability.name) as lock:
-                builds += capability.builder.update(resource_set, lock=lock, **options)
+            # A capability whose build is still running (its parts on the workers, say) does not
+            # hold up the others: a rebuild delivered again after its worker died goes on to
+            # the builds that worker left half planned, and takes their dead holder's lock over.
+            try:
+                with build_lock(resource_set, capability.name) as lock:
+                    builds += capability.builder.update(resource_set, lock=lock, **options)
+            except BuildInProgress as exc:
+                busy.append(exc)
         else:
             builds += capability.builder.update(resource_set, **options)
+    if busy:
+        raise BuildInProgress("; ".join(str(exc) for exc in busy))
     return builds

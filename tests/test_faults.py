@@ -223,6 +223,37 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 8, "unacked_restore_int
 """
 
 
+# With RESOURCESYNC_TEST_PAUSE_PLANNING set, the worker's planner of a Resource Dump in parts
+# stops for a minute once it has sent its first part, the first time only, and names the build in
+# a file.
+WORKER_PAUSE = """
+import os
+from celery.signals import worker_ready
+
+
+def _pause_planning(**kwargs):
+    import pathlib
+    import time
+
+    from django_resourcesync.builders import parts
+
+    planned, marker = parts.plan, pathlib.Path({marker!r})
+
+    def plan(build, *args, **kwargs):
+        for number, part in enumerate(planned(build, *args, **kwargs)):
+            if number == 1 and build.capability == "resourcedump" and not marker.exists():
+                marker.write_text(str(build.pk))
+                time.sleep(60)
+            yield part
+
+    parts.plan = plan
+
+
+if os.environ.get("RESOURCESYNC_TEST_PAUSE_PLANNING"):
+    worker_ready.connect(_pause_planning, weak=False)
+"""
+
+
 def builds_running():
     return list(Build.objects.filter(status=Build.Status.RUNNING).values_list("pk", "resource_set__slug", "capability"))
 
@@ -234,7 +265,7 @@ class Workers:
     def __init__(self, folder, broker_url, database_url):
         import redis
 
-        (folder / "fault_worker_settings.py").write_text(WORKER_SETTINGS)
+        (folder / "fault_worker_settings.py").write_text(WORKER_SETTINGS + WORKER_PAUSE.format(marker=str(folder / "paused")))
         self.folder, self.broker_url, self.started, self.process = folder, broker_url, 0, None
         self.broker = redis.Redis.from_url(broker_url)
         self.env = dict(
@@ -361,6 +392,50 @@ def test_workers_killed_at_random_points_leave_whole_documents_and_builds_that_p
     assert faulty.property_problems(served) == []
     print(f"{WORKER_KILLS} workers killed, {landed} in the middle of a build, {redelivered} part(s) rendered again; "
           f"a rebuild on a worker took {typical:.1f}s; the builds: {outcomes}")
+
+
+@pytest.mark.slow
+def test_a_worker_killed_while_it_plans_a_build_in_parts_leaves_no_build_running(workers, published):
+    """The worker dies while it plans a Resource Dump in parts, after the set's Resource List was
+    sent in parts. The rebuild is delivered again: it leaves the list to its parts if they still
+    run, takes the dead planner's lock over, fails the dump left half planned (a part of it was
+    never sent) and builds the dump again."""
+    call_command("seed_repository", items=40, verbosity=0)
+    sender = Celery("sender", broker=workers.broker_url, set_as_current=False)
+    workers.env["RESOURCESYNC_TEST_PAUSE_PLANNING"] = "1"
+    workers.start()
+    for resource_set in published:
+        sender.send_task("resourcesync.rebuild_set", args=[resource_set.pk])
+    marker = workers.folder / "paused"
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert time.monotonic() < deadline, "no planner paused"
+        time.sleep(0.1)
+    time.sleep(0.5)
+    halted = Build.objects.get(pk=int(marker.read_text()))
+    # What waits in the queue (the Resource List's parts among it) waits longer, as behind other
+    # work: the list's build is still running when the rebuild comes again.
+    waiting = workers.broker.lrange("celery", 0, -1)
+    workers.broker.delete("celery")
+    workers.kill()
+    assert halted.status == Build.Status.RUNNING and halted.capability == "resourcedump"
+    assert BuildPart.objects.filter(build=halted).count() == 2, "its second part recorded, never sent"
+    running_list = Build.objects.get(resource_set=halted.resource_set, capability="resourcelist", status="running")
+    workers.start()
+    deadline = time.monotonic() + 60
+    while Build.objects.filter(pk=halted.pk, status=Build.Status.RUNNING).exists():
+        assert time.monotonic() < deadline, "the rebuild delivered again left the dump's build running"
+        time.sleep(0.3)
+    assert Build.objects.get(pk=running_list.pk).status == Build.Status.RUNNING
+    if waiting:
+        workers.broker.rpush("celery", *waiting)
+    workers.wait_idle(60, "after the planner was killed")
+    halted.refresh_from_db()
+    assert halted.status == Build.Status.FAILED and "died" in halted.error, halted.error
+    assert Build.objects.get(pk=running_list.pk).status == Build.Status.PUBLISHED
+    again = Build.objects.filter(resource_set=halted.resource_set, capability="resourcedump", pk__gt=halted.pk).get()
+    assert again.status == Build.Status.PUBLISHED
+    assert_source_whole()
 
 
 # --- 3. a full disk ---------------------------------------------------------------------------

@@ -310,6 +310,41 @@ def test_a_lock_whose_process_is_gone_is_taken_over_at_once(tracked):
     assert not BuildLock.objects.exists()
 
 
+def test_a_rebuild_delivered_again_goes_past_a_running_build_to_the_one_its_dead_planner_left(tracked):
+    """The worker running a rebuild died while it planned the Resource Dump in parts, after it
+    had sent the Resource List's parts: delivered again, the rebuild leaves the list to its
+    running build, fails the dump's half-planned one (a part of it was never sent) and builds the
+    dump again, then says which capability it left."""
+    import datetime
+    import subprocess
+    import sys
+
+    from django.utils import timezone
+
+    from django_resourcesync.builders import HOST, BuildContext, BuildInProgress
+    from django_resourcesync.models import BuildLock, BuildPart
+
+    bitstreams, _metadata = tracked
+    BuildLock.objects.create(resource_set=bitstreams, capability="resourcelist", holder="the list's parts", pid=None,
+                             expires=timezone.now() + datetime.timedelta(hours=1))
+    running_list = BuildContext(bitstreams, "resourcelist", at=timezone.now()).build
+    killed = subprocess.Popen([sys.executable, "-c", "pass"])
+    killed.wait()
+    BuildLock.objects.create(resource_set=bitstreams, capability="resourcedump", holder="the killed planner", host=HOST,
+                             pid=killed.pid, expires=timezone.now() + datetime.timedelta(seconds=15))
+    half_planned = BuildContext(bitstreams, "resourcedump", at=timezone.now()).build
+    BuildPart.objects.create(build=half_planned, number=1, after_pk=0, last_pk=1)
+    with pytest.raises(BuildInProgress, match="resourcelist"):
+        rebuild_set(bitstreams)
+    half_planned.refresh_from_db()
+    assert half_planned.status == Build.Status.FAILED and f"process {killed.pid}" in half_planned.error
+    dump = Build.objects.filter(resource_set=bitstreams, capability="resourcedump").latest("pk")
+    assert dump.pk > half_planned.pk and dump.status == Build.Status.PUBLISHED
+    running_list.refresh_from_db()
+    assert running_list.status == Build.Status.RUNNING, "left to its parts"
+    assert list(BuildLock.objects.values_list("holder", flat=True)) == ["the list's parts"]
+
+
 def test_a_new_base_url_renders_every_entry_again(tracked, settings):
     from django.core.checks import run_checks
 
