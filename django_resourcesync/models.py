@@ -168,6 +168,9 @@ class Resource(models.Model):
         # The parts of a build are ranges of a set's rows by key: planned and read from this index.
         indexes = [
             models.Index(fields=["resource_set", "id"], name="resourcesync_resource_key"),
+            # A reconcile compares each object's fingerprint with its record's: read from this
+            # index alone, not from the rows (a few hundred bytes each, the entry's text among them).
+            models.Index(fields=["resource_set", "object_pk", "fingerprint"], name="resourcesync_resource_compared"),
             # Discovery finds the sets that list a requested URI (discovery.capability_lists_for).
             models.Index(fields=["uri"], name="resourcesync_resource_at_uri"),
         ]

@@ -126,6 +126,65 @@ def test_deleted_and_added_objects_are_still_found(tracked, committing):
     assert Resource.objects.filter(resource_set=bitstreams, object_pk=str(added.pk)).exists()
 
 
+def test_as_many_records_as_objects_leave_none_gone_without_the_search(tracked, committing, monkeypatch):
+    """With nothing left out, a set with as many records as objects has no record whose object
+    is gone: the anti-join that looks for them is not run. One record more, and it is."""
+    searched = []
+    search = reconciling._gone_keys
+    monkeypatch.setattr(reconciling, "_gone_keys", lambda resource_set, *args: searched.append(resource_set.slug)
+                        or search(resource_set, *args))
+    with committing():
+        for resource_set in tracked:
+            tracking.reconcile(resource_set)
+    assert searched == []
+    item = Item.objects.order_by("pk").first()
+    files = item.files.count()
+    with tracking.paused():
+        Item.objects.filter(pk=item.pk).delete()
+    with committing():
+        assert [tracking.reconcile(resource_set).deleted for resource_set in tracked] == [files, 1]
+    assert searched == ["bitstreams", "metadata"]
+    with committing():  # the path that reads the fingerprints out counts nothing: it searches
+        tracking.reconcile(tracked[0], in_database=False)
+    assert searched[2:] == ["bitstreams"]
+
+
+def test_a_left_out_object_does_not_hide_a_gone_record(tracked, committing):
+    """An object left out has no record: with one record gone besides, the counts agree, and
+    the search for gone records runs all the same."""
+    from django_resourcesync.models import LeftOut
+
+    bitstreams, _metadata = tracked
+    with tracking.paused():  # its bytes are nowhere: no entry can be made of it
+        ItemFile.objects.create(item=Item.objects.order_by("pk").last(), name="missing.txt",
+                                media_type="text/plain", file="items/missing.txt")
+    with committing():
+        tracking.reconcile(bitstreams)
+    assert LeftOut.objects.filter(resource_set=bitstreams).count() == 1
+    gone = ItemFile.objects.exclude(name="missing.txt").order_by("pk").first()
+    with tracking.paused():
+        ItemFile.objects.filter(pk=gone.pk).delete()
+    objects = bitstreams.get_source().queryset(bitstreams.lookups)
+    assert Resource.objects.filter(resource_set=bitstreams).count() == objects.count()
+    with committing():
+        assert tracking.reconcile(bitstreams).deleted == 1
+    assert not Resource.objects.filter(resource_set=bitstreams, object_pk=str(gone.pk)).exists()
+
+
+def test_a_query_that_may_give_an_object_twice_is_not_counted_on():
+    one_each = [
+        ItemFile.objects.filter(item__is_public=True),
+        Item.objects.filter(collection__name="Theses"),
+        Item.objects.filter(files__name="item-1.txt").distinct(),
+    ]
+    twice = [
+        Item.objects.filter(files__media_type="text/plain"),  # an item with two such files
+        Item.objects.filter(pk=1).union(Item.objects.filter(pk=1), all=True),
+    ]
+    assert [reconciling._one_row_per_object(queryset) for queryset in one_each] == [True] * 3
+    assert [reconciling._one_row_per_object(queryset) for queryset in twice] == [False] * 2
+
+
 def test_every_path_stores_the_same_fingerprint(tracked, committing):
     """Change processing, one object's fingerprint and reconcile agree, so none of them makes
     the others describe an object again."""

@@ -55,6 +55,7 @@ def reconcile(resource_set, *, batch_size=None, progress=None, in_database=True,
     rebased = _forget_fingerprints_if_rebased(resource_set)
     counts = ChangeCounts()
     gone_searched = False
+    compared = None  # how many objects the comparison in the database found in the set
     if in_database and _compared_in_database(resource_set, source, queryset):
         ranges = _key_ranges(queryset, app_settings.MAX_ENTRIES_PER_DOCUMENT) if parallel else []
         if len(ranges) > 1 and not _lists_ahead(source, queryset.db):
@@ -70,10 +71,10 @@ def reconcile(resource_set, *, batch_size=None, progress=None, in_database=True,
             counts.add(ChangeCounts(**shared))
             gone_searched = True
         else:
-            _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress)
+            compared = _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress)
     else:
         _reconcile_in_python(resource_set, source, queryset, batch_size, record_events, counts, progress)
-    if not gone_searched:
+    if not gone_searched and not _none_gone(resource_set, queryset, compared):
         _remove_gone(resource_set, queryset, batch_size, record_events, counts)
     _forget_gone_left_out(resource_set, queryset)
     if not record_events:
@@ -120,6 +121,40 @@ def _reconcile_range(resource_set, options, beat):
     return asdict(counts)
 
 
+def _none_gone(resource_set, queryset, objects):
+    """Whether no record of the set can have lost its object, known by counting: after a
+    comparison in the database, each of the set's ``objects`` has a record of its own (the key's
+    text is unique in the set) unless it is left out, so with nothing left out, as many records
+    as objects leave none without its object. Counting the records is an index scan; the search
+    for gone records (an anti-join of the records with the set's query) costs far more.
+
+    The count holds whatever changed meanwhile through the signals (an object and its record
+    come and go together); only an object deleted without a signal while another is created
+    with one could balance it, and the next reconcile finds that record. ``objects`` is
+    ``None`` where no comparison in the database counted them; a query that may give an object
+    twice (a join along a to-many relation) counts rows, not objects, and is not trusted."""
+    if objects is None or not _one_row_per_object(queryset):
+        return False
+    if LeftOut.objects.filter(resource_set=resource_set).exists():
+        return False
+    return Resource.objects.filter(resource_set=resource_set).count() == objects
+
+
+def _one_row_per_object(queryset):
+    """Whether ``queryset`` gives each object once: no union, and no join along a to-many
+    relation (a reverse foreign key, a many-to-many) unless its rows are made distinct."""
+    query = queryset.query
+    if query.combinator or query.distinct_fields:
+        return False
+    if query.distinct:
+        return True
+    for join in query.alias_map.values():
+        field = getattr(join, "join_field", None)
+        if field is not None and (field.one_to_many or field.many_to_many):
+            return False
+    return True
+
+
 def _remove_gone(resource_set, queryset, batch_size, record_events, counts, beat=None):
     """Write the deletion of the records whose object left ``queryset``: deleted, made
     private, filtered out."""
@@ -155,7 +190,7 @@ def _lists_ahead(source, using):
 def _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress):
     """The fingerprint of each object is made by the database and joined with its record there:
     only the keys of the objects whose fingerprint differs (or that have no record) leave it,
-    and only those objects are built and compared. Where file sizes complete the fingerprint,
+    and only those objects are built and compared; returns how many objects there were. Where file sizes complete the fingerprint,
     each row leaves with its digest, its files' names and its recorded fingerprint, and the
     sizes come from the storage's listing (:mod:`django_resourcesync.listing`), not a request
     per file."""
@@ -193,6 +228,7 @@ def _reconcile_in_database(resource_set, source, queryset, batch_size, record_ev
     counts.unchanged += max(0, total - stale_seen)
     if progress:
         progress("reconcile", total, total)
+    return total
 
 
 def _stale_with_sizes(source, rows, sizes, batch_size):
