@@ -78,7 +78,8 @@ def check_settings(app_configs=None, **kwargs):
             )
         )
     positive = (
-        "MAX_ENTRIES_PER_DOCUMENT", "MAX_DOCUMENT_BYTES", "BATCH_SIZE", "DUMP_PACKAGE_BYTES", "BUILD_LOCK_TIMEOUT", "PART_TIMEOUT"
+        "MAX_ENTRIES_PER_DOCUMENT", "MAX_DOCUMENT_BYTES", "BATCH_SIZE", "DUMP_PACKAGE_BYTES", "BUILD_LOCK_TIMEOUT",
+        "PART_TIMEOUT", "BUILD_THREADS",
     )
     for key in positive:
         value = getattr(app_settings, key)

@@ -54,6 +54,9 @@ DEFAULTS = {
     # Seconds a build lock lasts if its holder dies without releasing it (it is renewed while
     # the build runs).
     "BUILD_LOCK_TIMEOUT": 600,
+    # Parts of a build made in one process (the rebuild command, eager mode) rendered at once on
+    # PostgreSQL, each by a thread on its own connection (1: one after the other).
+    "BUILD_THREADS": 2,
     # Times the task of one part of a parallel build may start (a retry after an error, or a
     # redelivery after its worker died) before the build is failed.
     "PART_ATTEMPTS": 3,

@@ -21,6 +21,7 @@ from django_resourcesync.builders import BuildInProgress, build_lock, parts, res
 from django_resourcesync.builders.resourcedump import build_resourcedump
 from django_resourcesync.builders.resourcelist import build_resourcelist
 from django_resourcesync.models import Build, BuildLock, BuildPart, Document, Resource
+from django_resourcesync.rebuild import rebuild_set
 from django_resourcesync.tasks import build_part_task, finish_build_task
 
 from .conftest import demo_set
@@ -112,26 +113,37 @@ def test_a_failing_part_fails_the_build_and_leaves_the_previous_one_live(
     seed(7)
     previous = build(metadata)
     _, served, _ = fetch("/resourcesync/metadata/resourcelist.xml")
+    fail_part(monkeypatch, 2)
+    with django_capture_on_commit_callbacks(execute=True), pytest.raises(OSError):
+        parallel_build(metadata)
+    assert_failed_and_removed(metadata, previous, served, documents_storage)  # part 1 was written
+
+
+def fail_part(monkeypatch, number):
+    """Part ``number`` of a Resource List fails, as with its storage out of reach."""
     real = resourcelist.render_part
 
     def failing(context, part, **kwargs):
-        if part.number == 2:
+        if part.number == number:
             raise OSError("storage unreachable")
         return real(context, part, **kwargs)
 
     monkeypatch.setattr(resourcelist, "render_part", failing)
-    with django_capture_on_commit_callbacks(execute=True), pytest.raises(OSError):
-        parallel_build(metadata)
-    failed = Build.objects.filter(resource_set=metadata).order_by("-pk").first()
+
+
+def assert_failed_and_removed(resource_set, previous, served, documents_storage):
+    """The set's last build failed, nothing of it is recorded or stored, the one before it is
+    still served as it was; returns the failed build."""
+    failed = Build.objects.filter(resource_set=resource_set).order_by("-pk").first()
     assert failed.pk != previous.pk
     assert failed.status == Build.Status.FAILED and "storage unreachable" in failed.error
     assert not Document.objects.filter(build=failed).exists()
-    assert not (documents_storage / "documents" / "metadata" / str(failed.pk)).exists() or not any(
-        (documents_storage / "documents" / "metadata" / str(failed.pk)).iterdir()
-    ), "part 1 was written, then removed"
+    folder = documents_storage / "documents" / resource_set.slug / str(failed.pk)
+    assert not folder.exists() or not any(folder.iterdir()), "what its parts wrote was removed"
     assert Build.objects.get(pk=previous.pk).status == Build.Status.PUBLISHED
-    assert fetch("/resourcesync/metadata/resourcelist.xml")[1] == served
+    assert fetch(f"/resourcesync/{resource_set.slug}/resourcelist.xml")[1] == served
     assert not BuildLock.objects.exists()
+    return failed
 
 
 @pytest.fixture
@@ -683,3 +695,75 @@ def test_a_part_does_not_stretch_the_lock_its_planner_still_holds(settings, seed
     assert build_lock(metadata, "resourcelist", holder="h").renew()
     assert BuildLock.objects.get().expires > timezone.now() + datetime.timedelta(seconds=60)
     assert not build_lock(metadata, "resourcelist", holder="someone else").renew()
+
+
+# --- Parts on threads: a build made in one process on PostgreSQL ----------------------------------
+
+
+@pytest.fixture
+def threads_seen(transactional_db, monkeypatch):
+    """The names of the threads that render parts, of either capability: ``[(capability, name)]``."""
+    if connection.vendor != "postgresql":
+        pytest.skip("parts are rendered on threads on PostgreSQL only; run with TEST_DATABASE_URL")
+    import threading
+
+    seen = []
+    for module in (resourcelist, resourcedump):
+        real = module.render_part
+
+        def spy(context, part, *, real=real, **kwargs):
+            seen.append((context.capability, threading.current_thread().name))
+            return real(context, part, **kwargs)
+
+        monkeypatch.setattr(module, "render_part", spy)
+    return seen
+
+
+def test_on_postgresql_a_build_in_one_process_renders_its_parts_on_threads(settings, seed, bitstreams, threads_seen):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 4, "DUMP_PACKAGE_BYTES": 5000}
+    dumping(bitstreams)
+    seed(6, file_size=2048)  # 8 files: 2 parts of the list, 4 packages of the dump
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "BUILD_THREADS": 1}
+    one_by_one = rebuild_set(bitstreams)
+    expected_list, expected_dump = sorted(listed(bitstreams)), packed(bitstreams, 5000)
+    assert {name for _capability, name in threads_seen} == {"MainThread"}
+    threads_seen.clear()
+
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "BUILD_THREADS": 2}
+    heard = []
+    on_threads = rebuild_set(bitstreams, progress=lambda *args, **kw: heard.append(args))
+    assert [b.status for b in on_threads] == [Build.Status.PUBLISHED] * 2
+    assert [b.entries for b in on_threads] == [b.entries for b in one_by_one] == [8, 8]
+    for capability, count in (("resourcelist", 2), ("resourcedump", 4)):
+        names = [name for kind, name in threads_seen if kind == capability]
+        assert len(names) == count and all(name.startswith("resourcesync-part") for name in names), threads_seen
+        assert len(set(names)) == 2, f"the {capability}'s parts on two threads"
+    assert sorted(listed(bitstreams)) == expected_list
+    assert len(check_index(bitstreams, 4)) == 2
+    assert packed(bitstreams, 5000) == expected_dump, "the same packages, members and bytes"
+    assert [args for args in heard if args[0] == "resourcelist"][-1] == ("resourcelist", 8, 8), "the parts' progress added up"
+    assert not BuildLock.objects.exists()
+
+
+def test_a_part_failing_on_its_thread_fails_the_build_and_removes_what_the_others_wrote(
+    settings, seed, metadata, monkeypatch, documents_storage, threads_seen
+):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 2}
+    seed(7)
+    previous = build(metadata)
+    _, served, _ = fetch("/resourcesync/metadata/resourcelist.xml")
+    fail_part(monkeypatch, 3)
+    with pytest.raises(OSError, match="storage unreachable"):
+        build(metadata)
+    failed = assert_failed_and_removed(metadata, previous, served, documents_storage)
+    assert failed.parts.filter(done__isnull=False).exists(), "other parts were done on their threads"
+    assert {name for _capability, name in threads_seen} != {"MainThread"}
+
+
+@pytest.mark.django_db
+def test_inside_a_transaction_the_parts_are_rendered_one_after_the_other(settings, seed, metadata):
+    from django_resourcesync.builders.context import BuildContext
+
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "BUILD_THREADS": 4}
+    context = BuildContext(metadata, "resourcelist", at=timezone.now())
+    assert parts._threads(context) == 1, "a thread's connection would not see this test's uncommitted rows"

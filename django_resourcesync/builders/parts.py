@@ -21,7 +21,8 @@ report)``, and ``progress_details(entries)`` gives the progress bar's unit and n
 Run by a worker, :func:`dispatch` sends a ``resourcesync.build_part`` task per part, and the part
 that finds every part done sends ``resourcesync.finish_build``. The database counts the parts
 done, so no result backend is needed. In process (the command, eager mode) the same steps run
-one after the other (:func:`build_in_process`).
+here (:func:`build_in_process`): on PostgreSQL ``BUILD_THREADS`` parts at once, elsewhere one
+after the other.
 
 The build lock taken for the build is held until the build is published or failed: the tasks
 take it up by its holder, renew it while they run, and the final step (or the failure of a part)
@@ -30,10 +31,12 @@ waited) fails its build rather than publish beside another one.
 """
 
 import logging
+import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from celery import current_app
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -178,24 +181,75 @@ def summed_reports(done, keys=()):
 
 
 def build_in_process(context, planned, *, progress=None, total=None, batch_size=None):
-    """Render every part here, one after the other, then finish the build. A part's module
-    reports ``progress(amount, entries)`` within the part (entries, or bytes for a dump), at
-    least once it is rendered; ``progress`` hears the build's ``(capability, amount, total)``."""
+    """Render every part here, then finish the build: ``BUILD_THREADS`` parts at once where
+    :func:`_threads` allows it, else one after the other. A part's module reports
+    ``progress(amount, entries)`` within the part (entries, or bytes for a dump), at least once
+    it is rendered; ``progress`` hears the build's ``(capability, amount, total)``, the parts'
+    amounts added up."""
     kind = _kind(context.capability)
-    done = [0, 0]  # amount and entries of the parts rendered
-    reached = [0, 0]
+    reached = {}  # part number: (amount, entries) it reported last
+    guard = threading.Lock()
 
-    def report(amount, entries):
-        reached[:] = amount, entries
-        progress(context.capability, done[0] + amount, total, **kind.progress_details(done[1] + entries))
+    def report():
+        amount, entries = (sum(values) for values in zip(*reached.values())) if reached else (0, 0)
+        progress(context.capability, amount, total, **kind.progress_details(entries))
 
-    for part in planned:
-        reached[:] = 0, 0
-        render(context, part, progress=report if progress else None, batch_size=batch_size)
-        done = [done[0] + reached[0], done[1] + reached[1]]
+    def reporter(part):
+        if not progress:
+            return None
+
+        def part_report(amount, entries):
+            with guard:  # from the threads that render parts
+                reached[part.number] = amount, entries
+                report()
+
+        return part_report
+
+    threads = min(_threads(context), len(planned))
+    if threads > 1:
+        _render_in_threads(context.build.pk, planned, threads, reporter, batch_size)
+    else:
+        for part in planned:
+            render(context, part, progress=reporter(part), batch_size=batch_size)
     if progress:
-        progress(context.capability, done[0], total, **kind.progress_details(done[1]))
+        report()
     return finish(context)
+
+
+def _threads(context):
+    """How many threads render the parts of a build made in one process: ``BUILD_THREADS`` on
+    PostgreSQL, each part on a connection of its own (most of a part's time is the database's
+    and the storage's, while the interpreter is free); one on other databases (SQLite takes one
+    writer at a time) and inside a transaction, whose uncommitted rows another connection
+    would not see."""
+    connection = connections[Build.objects.db]
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        return 1
+    return app_settings.BUILD_THREADS
+
+
+def _render_in_threads(build_id, planned, threads, reporter, batch_size):
+    """Render the parts ``planned`` on ``threads`` threads. Each reads the build again (its
+    own set and source, no object shared) and closes its connection after each part. The first
+    part that fails stops the parts not yet started; the ones running finish, then its error is
+    raised (the caller fails the build, which removes what the parts recorded)."""
+
+    def render_one(part):
+        try:
+            build = Build.objects.select_related("resource_set").get(pk=build_id)
+            render(BuildContext(build=build), part, progress=reporter(part), batch_size=batch_size)
+        finally:
+            connections.close_all()  # this thread's
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="resourcesync-part") as pool:
+        running = [pool.submit(render_one, part) for part in planned]
+        try:
+            for future in as_completed(running):
+                future.result()
+        except BaseException:
+            for future in running:
+                future.cancel()
+            raise
 
 
 def run(context, planned, *, parallel, lock, progress=None, total=None, batch_size=None):
