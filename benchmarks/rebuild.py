@@ -183,7 +183,7 @@ def instrument():
     timed(reconciling, "_describe_again", "    of which: changed objects described and written")
     timed(reconciling, "_gone_keys", "  records whose object is gone (anti-join)", generator=True)
     timed(resourcelist, "update", "resourcelist")
-    timed(resourcelist, "render_part", "  parts rendered and written")
+    timed(resourcelist, "render_part", "  parts rendered and written (summed over threads)")
     timed(resourcelist, "finish", "  index written")
     timed(BuildContext, "publish", "  published")
     timed(changelist, "update", "changelist (close if due)")

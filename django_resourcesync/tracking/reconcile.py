@@ -190,10 +190,10 @@ def _lists_ahead(source, using):
 def _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress):
     """The fingerprint of each object is made by the database and joined with its record there:
     only the keys of the objects whose fingerprint differs (or that have no record) leave it,
-    and only those objects are built and compared; returns how many objects there were. Where file sizes complete the fingerprint,
-    each row leaves with its digest, its files' names and its recorded fingerprint, and the
-    sizes come from the storage's listing (:mod:`django_resourcesync.listing`), not a request
-    per file."""
+    and only those objects are built and compared; returns how many objects there were. Where
+    file sizes complete the fingerprint, each row leaves with its digest, its files' names and
+    its recorded fingerprint, and the sizes come from the storage's listing
+    (:mod:`django_resourcesync.listing`), not a request per file."""
     expression, files = source.fingerprint_expression(queryset.db)
     # The record of the object: its key cast to text on the object's side, so that the lookup
     # uses the record's (set, key) index.
