@@ -28,6 +28,8 @@ def test_default_configuration_is_clean():
         ({"BASE_URL": "https://example.org/sub"}, "resourcesync.E004"),
         ({"STORAGE": "nosuchalias"}, "resourcesync.E005"),
         ({"BATCH_SIZE": 0}, "resourcesync.E006"),
+        ({"BUILD_THREADS": 0}, "resourcesync.E006"),
+        ({"BUILD_THREADS": "2"}, "resourcesync.E006"),
         ({"MAX_ENTRIES_PER_DOCUMENT": 60_000}, "resourcesync.E007"),
         ({"MAX_DOCUMENT_BYTES": 100 * 1024 * 1024}, "resourcesync.E008"),
         ({"KEEP_BUILDS": -1}, "resourcesync.E009"),
