@@ -71,23 +71,29 @@ def test_a_reconcile_in_parts_writes_what_a_reconcile_in_one_pass_writes(seed, s
     real_work = sharing._KINDS[reconciling.RECONCILE]
 
     def work(resource_set, options, beat):
-        kinds.append("gone" if options.get("gone") else "range")
+        kinds.append("range")
         return real_work(resource_set, options, beat)
 
     # Eager mode: each part's task runs in place (a worker would take parts the same way).
     with mock.patch.object(sharing, "take_parts", wraps=sharing.take_parts) as taken, \
-            mock.patch.dict(sharing._KINDS, {reconciling.RECONCILE: work}):
+            mock.patch.dict(sharing._KINDS, {reconciling.RECONCILE: work}), \
+            mock.patch.object(reconciling, "_gone_keys", wraps=reconciling._gone_keys) as searched:
         counts = tracking.reconcile(metadata, parallel=True)
         sent = [call.args[0] for call in taken.call_args_list]
     assert counts.updated == 7 and counts.deleted == 1 and counts.unchanged == 2 and counts.created == 0
     assert updated_keys(metadata) == sorted(changed)
     deleted = ChangeEvent.objects.filter(changelist__resource_set=metadata, change="deleted")
     assert list(deleted.values_list("object_pk", flat=True)) == [str(hidden.pk)]
-    # The search for the records whose object left is a part of the job, the first one.
-    assert kinds == ["gone", "range", "range", "range"]
+    # The ranges are the job's parts; the search for the records whose object left follows,
+    # since one record more than objects says there is one.
+    assert kinds == ["range", "range", "range"] and searched.call_count == 1
     assert len(set(sent)) == 1, "every part of one job"
     assert not SharedPart.objects.exists(), "a job's parts are forgotten when it ends"
-    # The record is that of a reconcile in one pass: nothing left to find.
+    # The record is that of a reconcile in one pass: nothing left to find, and no search for
+    # gone records with as many records as objects.
+    with mock.patch.object(reconciling, "_gone_keys", wraps=reconciling._gone_keys) as searched:
+        assert tracking.reconcile(metadata, parallel=True).unchanged == 9
+    assert searched.call_count == 0
     assert tracking.reconcile(metadata).unchanged == 9
 
 
@@ -117,7 +123,7 @@ def test_a_failing_part_fails_the_job_and_the_rebuild_reports_it(seed, small_par
         return real(resource_set, source, queryset, *args)
 
     with mock.patch.object(reconciling, "_reconcile_in_database", failing):
-        with pytest.raises(sharing.JobFailed, match="part 3: RuntimeError: the source's database went away"):
+        with pytest.raises(sharing.JobFailed, match="part 2: RuntimeError: the source's database went away"):
             tracking.reconcile(metadata, parallel=True)
     assert not SharedPart.objects.exists()
     # Nothing lost: the next reconcile finds what the failed part did not write.

@@ -43,7 +43,7 @@ def reconcile(resource_set, *, batch_size=None, progress=None, in_database=True,
     With ``parallel`` (a Celery worker runs this), that comparison is cut into ranges of the
     objects' keys, ``MAX_ENTRIES_PER_DOCUMENT`` objects each, which every free worker takes
     part in (see :mod:`django_resourcesync.sharing`); the search for records whose object is
-    gone, one query, follows here.
+    gone, one query, follows here where the counts do not show that none is (:func:`_none_gone`).
 
     The first reconcile of a set records its resources silently and opens its first Change List:
     Destinations start from a Resource List, not from a flood of ``created`` events.
@@ -54,27 +54,25 @@ def reconcile(resource_set, *, batch_size=None, progress=None, in_database=True,
     record_events = is_tracked(resource_set)
     rebased = _forget_fingerprints_if_rebased(resource_set)
     counts = ChangeCounts()
-    gone_searched = False
     compared = None  # how many objects the comparison in the database found in the set
     if in_database and _compared_in_database(resource_set, source, queryset):
         ranges = _key_ranges(queryset, app_settings.MAX_ENTRIES_PER_DOCUMENT) if parallel else []
         if len(ranges) > 1 and not _lists_ahead(source, queryset.db):
-            # The search for gone records is a part too, first (it is the longest): it runs
-            # beside the ranges, whose objects all have a record it does not touch.
             options = {"record_events": record_events, "batch_size": batch_size}
-            parts = [{**options, "gone": True}, *({**bounds, **options} for bounds in ranges)]
+            parts = [{**bounds, **options} for bounds in ranges]
             total = queryset.count() if progress else 0
             shared = sharing.run(
                 resource_set, RECONCILE, parts, parallel=True,
                 progress=progress and (lambda done, planned: progress("reconcile", total * done // planned, total)),
             )
             counts.add(ChangeCounts(**shared))
-            gone_searched = True
+            # Counted once every range has given each of its objects a record (see _none_gone).
+            compared = queryset.count()
         else:
             compared = _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress)
     else:
         _reconcile_in_python(resource_set, source, queryset, batch_size, record_events, counts, progress)
-    if not gone_searched and not _none_gone(resource_set, queryset, compared):
+    if not _none_gone(resource_set, queryset, compared):
         _remove_gone(resource_set, queryset, batch_size, record_events, counts)
     _forget_gone_left_out(resource_set, queryset)
     if not record_events:
@@ -103,15 +101,12 @@ RECONCILE = "reconcile"
 @sharing.kind(RECONCILE)
 def _reconcile_range(resource_set, options, beat):
     """A part of a reconcile in parts: the objects whose keys are in ``(after, last]`` (either
-    end open when ``None``), compared in the database; or, with ``gone``, the records whose
-    object left the set. Safe to run twice: a second run finds the record written by the first."""
+    end open when ``None``), compared in the database. Safe to run twice: a second run finds
+    the record written by the first."""
     source = resource_set.get_source()
     queryset = source.queryset(resource_set.lookups)
     counts = ChangeCounts()
     batch_size = options["batch_size"] or app_settings.BATCH_SIZE
-    if options.get("gone"):
-        _remove_gone(resource_set, queryset, batch_size, options["record_events"], counts, beat)
-        return asdict(counts)
     if options["after"] is not None:
         queryset = queryset.filter(pk__gt=options["after"])
     if options["last"] is not None:
@@ -155,13 +150,11 @@ def _one_row_per_object(queryset):
     return True
 
 
-def _remove_gone(resource_set, queryset, batch_size, record_events, counts, beat=None):
+def _remove_gone(resource_set, queryset, batch_size, record_events, counts):
     """Write the deletion of the records whose object left ``queryset``: deleted, made
     private, filtered out."""
     for keys in _gone_keys(resource_set, queryset, batch_size):
         _apply_batch(resource_set, dict.fromkeys(keys), record_events, counts)
-        if beat:
-            beat()
 
 
 def _key_ranges(queryset, size):
