@@ -85,6 +85,37 @@ def insert(model, fields, rows, using):
             )
 
 
+def rewrite(model, fields, rows, using, *, same=()):
+    """Write ``rows`` again in place: tuples of the key and the values of ``fields`` (as
+    :func:`insert` takes them) of rows of ``model`` that exist, in the current transaction of
+    database ``using``; ``same`` names the fields whose values the rows already have.
+
+    On PostgreSQL the rows are deleted and copied in again: an UPDATE that changes an indexed
+    column writes a new version of the row into every index anyway, and COPY is the quickest way
+    in. Elsewhere one UPDATE of the other fields is run for every row: it writes only the
+    indexes of the columns it sets (a row deleted and inserted again would write them all)."""
+    if not rows:
+        return
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        filter_in(model._base_manager.using(using), "pk", [row[0] for row in rows]).delete()
+        insert(model, (model._meta.pk.attname, *fields), rows, using)
+        return
+    kept = [index for index, name in enumerate(fields) if name not in same]
+    fields = tuple(fields[index] for index in kept)
+    _target, _placeholders, converters, _per_statement = _statement(model, fields, using)
+    rows = [[*(row[index + 1] for index in kept), row[0]] for row in rows]
+    for index, convert in converters:
+        for row in rows:
+            if row[index] is not None:
+                row[index] = convert(row[index])
+    meta = model._meta
+    quote = connection.ops.quote_name
+    columns = [meta.get_field(name.removesuffix("_id") if name.endswith("_id") else name).column for name in fields]
+    assignments = ", ".join(f"{quote(column)} = %s" for column in columns)
+    with connection.cursor() as cursor:
+        cursor.executemany(f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} = %s", rows)
+
 def filter_in(queryset, name, values):
     """``queryset.filter(<name>__in=values)`` for thousands of values, which the ORM prepares
     one at a time: the values go as one parameter instead (an array on PostgreSQL, a JSON array

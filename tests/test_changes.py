@@ -448,6 +448,40 @@ def test_a_changed_record_keeps_its_key(tracked, committing):
     assert after.pk == before.pk and after.sha256 != before.sha256
 
 
+
+def test_records_written_again_in_one_batch_are_those_a_first_record_would_write(tracked, committing):
+    """Records are written again in place (an UPDATE where the database writes only the indexes
+    of what changed): in one batch, a record changed at its URI, one moved to another, one of a
+    new object and one removed; each record left is the one a set recorded from nothing has, and
+    those written again keep their keys."""
+    bitstreams = tracked[0]
+    changed, moved, removed = ItemFile.objects.order_by("pk")[:3]
+    keys = dict(Resource.objects.filter(resource_set=bitstreams).values_list("object_pk", "pk"))
+    with tracking.paused():
+        ItemFile.objects.filter(pk=changed.pk).update(media_type="text/csv")
+        ItemFile.objects.filter(pk=moved.pk).update(name="moved.txt")
+        ItemFile.objects.filter(pk=removed.pk).delete()
+        added = ItemFile.objects.create(item=changed.item, name="added.txt", file=changed.file.name)
+    with committing():
+        tracking.changed(model=ItemFile, pks=[changed.pk, moved.pk, removed.pk, added.pk])
+        tracking.process_pending()
+    fields = ["object_pk", "uri", "lastmod", "md5", "sha256", "length", "media_type", "links", "fingerprint", "entry_xml"]
+    written = {row["object_pk"]: row for row in Resource.objects.filter(resource_set=bitstreams).values("pk", *fields)}
+    assert written[str(changed.pk)]["media_type"] == "text/csv"
+    assert written[str(moved.pk)]["uri"].endswith("/moved.txt")
+    assert str(removed.pk) not in written and str(added.pk) in written
+    assert {key: row["pk"] for key, row in written.items() if key in (str(changed.pk), str(moved.pk))} == {
+        str(changed.pk): keys[str(changed.pk)], str(moved.pk): keys[str(moved.pk)]
+    }
+    with committing():
+        Resource.objects.filter(resource_set=bitstreams).delete()
+        tracking.reconcile(bitstreams)
+    fresh = {row["object_pk"]: row for row in Resource.objects.filter(resource_set=bitstreams).values(*fields)}
+    assert {key: {name: row[name] for name in fields} for key, row in written.items()} == fresh
+    # The URI the moved record left is free: another object may take it.
+    old_uri = f"http://testserver{moved.get_absolute_url()}"
+    assert not Resource.objects.filter(resource_set=bitstreams, uri=old_uri).exists()
+
 def test_reconcile_builds_only_the_objects_whose_fingerprint_fields_changed(sizes_from_the_storage, tracked, committing):
     """The example's sources read their fingerprints as values: a reconcile builds no model
     instance of an unchanged object, and a file rewritten in place (same name, new length) is

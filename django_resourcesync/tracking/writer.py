@@ -287,7 +287,6 @@ class SetWriter:
                 self.counts.unchanged += 1  # the same bytes, only lastmod, links or the like: no event
             if changed:
                 writes[key] = values
-                gone.append(row["id"])  # rewritten below: cheaper than an UPDATE per row
         present = sum(1 for key in keys if objects[key] is not None)
         if len(left_out) >= SYSTEMIC_FAILURE and len(left_out) == present:
             # Every object of the batch failed: the storage or the source is down, not the
@@ -299,8 +298,6 @@ class SetWriter:
         if refused:
             # A refused object keeps its record as it was, so none of its events stand.
             writes = {key: values for key, values in writes.items() if key not in refused}
-            kept = {known[key]["id"] for key in refused if key in known}
-            gone = [row_id for row_id in gone if row_id not in kept]
             changes = [change for change in changes if change.object_pk not in refused]
         if gone:
             bulk.filter_in(Resource.objects.all(), "pk", gone).delete()
@@ -313,12 +310,19 @@ class SetWriter:
                                 in_use=in_use)
         now = timezone.now()
         set_id = self.resource_set.pk
-        rows = {key: (set_id, key, *(values[name] for name in ENTRY_FIELDS), now) for key, values in writes.items()}
-        # A rewritten record keeps its key: builds plan their parts by key ranges.
-        bulk.insert(
-            Resource, ("id", *RECORD_FIELDS), [(known[key]["id"], *row) for key, row in rows.items() if key in known], self.using
-        )
-        bulk.insert(Resource, RECORD_FIELDS, [row for key, row in rows.items() if key not in known], self.using)
+        rewritten = {True: [], False: []}  # {moved: rows}
+        for key, values in writes.items():
+            if key in known:
+                row = (known[key]["id"], set_id, key, *(values[name] for name in ENTRY_FIELDS), now)
+                rewritten[known[key]["uri"] != values["uri"]].append(row)
+        # A record written again keeps its key (builds plan their parts by key ranges); where
+        # the database can, only the indexes of what changed are written: its URI's if it moved.
+        for moved, rows in rewritten.items():
+            same = ("resource_set_id", "object_pk") if moved else ("resource_set_id", "object_pk", "uri")
+            bulk.rewrite(Resource, RECORD_FIELDS, rows, self.using, same=same)
+        bulk.insert(Resource, RECORD_FIELDS, [
+            (set_id, key, *(values[name] for name in ENTRY_FIELDS), now) for key, values in writes.items() if key not in known
+        ], self.using)
         for change in changes:
             setattr(self.counts, change.change, getattr(self.counts, change.change) + 1)
         if self.record_events:
