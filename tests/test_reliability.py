@@ -247,6 +247,39 @@ def test_a_document_write_that_fails_leaves_no_file(bitstreams, seed, documents_
     assert Build.objects.get(resource_set=bitstreams).status == Build.Status.FAILED
 
 
+
+@pytest.mark.parametrize("permissions", [None, 0o640])
+def test_a_document_is_moved_into_the_filesystem_storage_with_the_storages_file_mode(
+    bitstreams, seed, documents_storage, settings, monkeypatch, permissions
+):
+    """A document is written once, beside the storage's files, and moved into place (no second
+    copy); it gets the mode any file the storage saves gets, not a temporary file's 0600, and
+    nothing stays behind it. A scratch file a killed process left is swept like any orphan."""
+    import os
+    import time
+
+    from django_resourcesync import storage, sweep
+
+    settings.FILE_UPLOAD_PERMISSIONS = permissions
+    seed(2)
+    renamed = []
+    rename = os.rename
+    monkeypatch.setattr(os, "rename", lambda source, target: renamed.append((source, target)) or rename(source, target))
+    rebuild_set(bitstreams, only=["resourcelist", "changelist"])
+    published = Document.objects.get(resource_set=bitstreams, name="resourcelist.xml")
+    path = documents_storage / published.storage_name
+    scratch = documents_storage / storage.storage_name(storage.SCRATCH)
+    assert [target for source, target in renamed if source.startswith(str(scratch))] == [str(path)]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(path).st_mode & 0o777 == (0o666 & ~umask if permissions is None else permissions)
+    assert path.read_bytes().startswith(b"<?xml") and not list(scratch.iterdir())
+    left = scratch / "left-by-a-killed-build"
+    left.write_bytes(b"<?xml half a document")
+    old = time.time() - 7200
+    os.utime(left, (old, old))
+    assert sweep.sweep().deleted == 1 and not left.exists()
+
 def test_the_sweep_removes_what_no_record_refers_to(tracked, documents_storage):
     import os
     import time

@@ -2,7 +2,6 @@
 
 import logging
 import posixpath
-import tempfile
 import traceback
 import uuid
 
@@ -66,7 +65,7 @@ class BuildContext:
         a package too), without the stylesheet instruction the published copy may have (see
         ``DocumentWriter.finish``). ``replace`` first deletes a file left under that name (by an
         attempt at a part that was killed before it recorded it), so the name stays the same."""
-        with tempfile.TemporaryFile() as tmp:
+        with storage.scratch_file() as tmp:
             writer.finish(tmp, md=md, links=links, bare=keep)
             if replace:
                 storage.get_storage().delete(self.storage_name(name))

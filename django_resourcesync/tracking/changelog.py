@@ -10,7 +10,6 @@ lists and their index is :mod:`django_resourcesync.builders.changelist`'s.
 """
 
 import datetime
-import tempfile
 
 from django.db import router
 from django.db.models import F, Max, Min, Q
@@ -166,7 +165,7 @@ class ChangeLog:
 def close(changelist, until):
     """Close a list at ``until``: write it into storage for good."""
     changelist.until = until
-    with tempfile.TemporaryFile() as tmp:
+    with storage.scratch_file() as tmp:
         writer = render_list(changelist, tmp, has_index=True)
         changelist.storage_name = storage.save_or_remove(
             storage.storage_name(changelist.resource_set.slug, "changelists", f"changelist-{changelist.number:06d}.xml"), tmp
