@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -700,19 +701,25 @@ def test_a_part_does_not_stretch_the_lock_its_planner_still_holds(settings, seed
 # --- Parts on threads: a build made in one process on PostgreSQL ----------------------------------
 
 
+class ThreadsSeen(list):
+    #: A ``threading.Barrier`` each part waits at, if set.
+    meeting = None
+
+
 @pytest.fixture
 def threads_seen(transactional_db, monkeypatch):
     """The names of the threads that render parts, of either capability: ``[(capability, name)]``."""
     if connection.vendor != "postgresql":
         pytest.skip("parts are rendered on threads on PostgreSQL only; run with TEST_DATABASE_URL")
-    import threading
 
-    seen = []
+    seen = ThreadsSeen()
     for module in (resourcelist, resourcedump):
         real = module.render_part
 
         def spy(context, part, *, real=real, **kwargs):
             seen.append((context.capability, threading.current_thread().name))
+            if seen.meeting is not None:  # parts in pairs: each pair's two on two threads at once
+                seen.meeting.wait()
             return real(context, part, **kwargs)
 
         monkeypatch.setattr(module, "render_part", spy)
@@ -731,6 +738,7 @@ def test_on_postgresql_a_build_in_one_process_renders_its_parts_on_threads(setti
 
     settings.RESOURCESYNC = {**settings.RESOURCESYNC, "BUILD_THREADS": 2}
     heard = []
+    threads_seen.meeting = threading.Barrier(2, timeout=30)  # broken if one thread renders the parts
     on_threads = rebuild_set(bitstreams, progress=lambda *args, **kw: heard.append(args))
     assert [b.status for b in on_threads] == [Build.Status.PUBLISHED] * 2
     assert [b.entries for b in on_threads] == [b.entries for b in one_by_one] == [8, 8]

@@ -435,3 +435,98 @@ def test_the_digested_form_of_a_short_fingerprint_keeps_the_sizes_apart():
     assert digested_form("='a:1',5") == hashlib.md5(b"'a:1',5").hexdigest()  # a colon inside a literal
     assert digested_form("='a',5:12,") == hashlib.md5(b"'a',5").hexdigest() + ":12,"  # the sizes of two files
     assert digested_form("='a',NULL:") == hashlib.md5(b"'a',NULL").hexdigest() + ":"  # no file
+
+
+# --- A reconcile in one process on PostgreSQL: the differing rows read on threads ------------------
+
+
+@pytest.fixture
+def read_on_threads(transactional_db, settings, seed, bitstreams, django_capture_on_commit_callbacks, monkeypatch):
+    """The files' set recorded, with ranges of 4 keys (several of the 9 files' ranges) and two
+    reading threads; returns ``(set, [(range bounds, thread name)])``, what each range was read
+    by. The first two ranges are read at once, on two threads (or the test fails in 30 s)."""
+    import threading
+
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("a reconcile reads on threads on PostgreSQL only; run with TEST_DATABASE_URL")
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 4, "BUILD_THREADS": 2}
+    bitstreams.capabilities = ALL
+    bitstreams.save()
+    with django_capture_on_commit_callbacks(execute=True):
+        seed(7)  # 9 files
+    build(bitstreams)
+    seen = []
+    meeting = threading.Barrier(2, timeout=30)
+    real = reconciling._in_range
+
+    def spy(rows, bounds):
+        seen.append((bounds, threading.current_thread().name))
+        if len(seen) <= 2:
+            meeting.wait()
+        return real(rows, bounds)
+
+    monkeypatch.setattr(reconciling, "_in_range", spy)
+    return bitstreams, seen
+
+
+def change_every_other_file():
+    files = list(ItemFile.objects.order_by("pk").values_list("pk", flat=True))[::2]
+    ItemFile.objects.filter(pk__in=files).update(media_type="text/csv")
+    return {str(pk) for pk in files}
+
+
+def test_on_postgresql_a_reconcile_reads_the_differing_rows_on_threads_and_finds_every_change_once(read_on_threads):
+    import threading
+
+    bitstreams, seen = read_on_threads
+    changed = change_every_other_file()
+    counts = tracking.reconcile(bitstreams)
+    assert counts.updated == len(changed) == 5 and counts.unchanged == 4
+    assert {key for change, key in events(bitstreams)} == changed, "each change once"
+    csv = Resource.objects.filter(resource_set=bitstreams, media_type="text/csv")
+    assert changed <= set(csv.values_list("object_pk", flat=True))
+    names = {name for _bounds, name in seen}
+    assert len(seen) >= 3 and len(names) == 2 and all(name.startswith("resourcesync-reconcile") for name in names), seen
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("resourcesync-reconcile")]
+    assert tracking.reconcile(bitstreams).updated == 0
+
+
+def test_on_postgresql_a_reading_thread_that_fails_fails_the_reconcile_and_the_next_one_finds_the_rest(
+    read_on_threads, monkeypatch
+):
+    import threading
+
+    bitstreams, seen = read_on_threads
+    changed = change_every_other_file()
+    spy = reconciling._in_range
+
+    def fails_on_the_third(rows, bounds):
+        if len(seen) == 2:
+            seen.append((bounds, threading.current_thread().name))
+            raise ConnectionError("the database went away")
+        return spy(rows, bounds)
+
+    monkeypatch.setattr(reconciling, "_in_range", fails_on_the_third)
+    with pytest.raises(ConnectionError, match="went away"):
+        tracking.reconcile(bitstreams)
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("resourcesync-reconcile")]
+    monkeypatch.setattr(reconciling, "_in_range", spy)
+    tracking.reconcile(bitstreams)
+    assert sorted(key for change, key in events(bitstreams)) == sorted(changed), "each change once"
+
+
+def test_on_postgresql_a_write_that_fails_stops_the_reading_threads(read_on_threads, monkeypatch):
+    import threading
+
+    bitstreams, _seen = read_on_threads
+    change_every_other_file()
+
+    def broken(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(reconciling, "_describe_again", broken)
+    with pytest.raises(OSError, match="No space"):
+        tracking.reconcile(bitstreams)
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("resourcesync-reconcile")]

@@ -40,7 +40,7 @@ from django.db import connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from .. import capabilities, storage
+from .. import capabilities, storage, threads
 from ..conf import app_settings
 from ..exceptions import BuildAbandoned
 from ..models import Build, BuildPart, Document
@@ -217,15 +217,9 @@ def build_in_process(context, planned, *, progress=None, total=None, batch_size=
 
 
 def _threads(context):
-    """How many threads render the parts of a build made in one process: ``BUILD_THREADS`` on
-    PostgreSQL, each part on a connection of its own (most of a part's time is the database's
-    and the storage's, while the interpreter is free); one on other databases (SQLite takes one
-    writer at a time) and inside a transaction, whose uncommitted rows another connection
-    would not see."""
-    connection = connections[Build.objects.db]
-    if connection.vendor != "postgresql" or connection.in_atomic_block:
-        return 1
-    return app_settings.BUILD_THREADS
+    """How many threads render the parts of a build made in one process (see
+    :func:`~django_resourcesync.threads.available`): each part on a connection of its own."""
+    return threads.available(Build.objects.db)
 
 
 def _render_in_threads(build_id, planned, threads, reporter, batch_size):

@@ -1,13 +1,16 @@
 """Reconciliation: compare a whole set with the site's data, the safety net every path converges on."""
 
 import logging
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
 from django.db import DataError, connections, models, transaction
 from django.db.models import Case, Exists, OuterRef, Q, Subquery, When
 from django.db.models.functions import Cast
 
-from .. import bulk, fingerprints, sharing
+from .. import bulk, fingerprints, sharing, threads
 from ..conf import app_settings
 from ..models import LeftOut, Resource, ResourceSet
 from .changelog import start_log
@@ -107,10 +110,7 @@ def _reconcile_range(resource_set, options, beat):
     queryset = source.queryset(resource_set.lookups)
     counts = ChangeCounts()
     batch_size = options["batch_size"] or app_settings.BATCH_SIZE
-    if options["after"] is not None:
-        queryset = queryset.filter(pk__gt=options["after"])
-    if options["last"] is not None:
-        queryset = queryset.filter(pk__lte=options["last"])
+    queryset = _in_range(queryset, options)
     _reconcile_in_database(resource_set, source, queryset, batch_size, options["record_events"], counts,
                            lambda *_args: beat())
     return asdict(counts)
@@ -196,7 +196,7 @@ def _reconcile_in_database(resource_set, source, queryset, batch_size, record_ev
     stale_seen = 0
     if not files:
         rows = annotated.filter(~Exists(record.filter(fingerprints.recorded_is(expression))))
-        for batch in _batches(rows.values_list("pk", "_rs_fingerprint"), batch_size):
+        for batch in _stale_batches(queryset, rows.values_list("pk", "_rs_fingerprint"), batch_size):
             stale_seen += len(batch)
             _describe_again(resource_set, queryset, {str(pk): _stored(digest) for pk, digest in batch}, record_events, counts)
             if progress:
@@ -222,6 +222,101 @@ def _reconcile_in_database(resource_set, source, queryset, batch_size, record_ev
     if progress:
         progress("reconcile", total, total)
     return total
+
+
+def _reading_threads(queryset):
+    """How many threads read the differing rows of a reconcile in one process (see
+    :func:`~django_resourcesync.threads.available`)."""
+    return threads.available(queryset.db)
+
+
+#: What a reading thread puts last (see _stale_batches).
+_READ = object()
+
+
+def _stale_batches(queryset, rows, batch_size):
+    """Yield lists of ``rows`` (``values_list`` rows starting with the key: the objects whose
+    fingerprint differs from their record's), at most ``batch_size`` a list.
+
+    Where the database gains by it (:func:`_reading_threads`), threads read them range of keys
+    by range (as a reconcile in parts cuts them), each on a connection of its own, while the
+    caller writes what they found: the database's search, most of a reconcile with little
+    changed, goes on beside the describing of what it found, and on as many cores as there are
+    threads. Else they are read here, one batch at a time."""
+    count = _reading_threads(queryset)
+    ranges = _key_ranges(queryset, app_settings.MAX_ENTRIES_PER_DOCUMENT) if count > 1 else []
+    if len(ranges) < 2:
+        yield from _batches(rows, batch_size)
+        return
+    found = queue.Queue(maxsize=2 * count)  # found rows wait here: a few batches at most
+    stop = threading.Event()
+    pending = iter(ranges)
+    taking = threading.Lock()
+
+    def put(item):
+        while not stop.is_set():
+            try:
+                found.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def read():
+        try:
+            while not stop.is_set():
+                with taking:
+                    bounds = next(pending, None)
+                if bounds is None:
+                    return
+                for batch in _batches(_in_range(rows, bounds), batch_size):
+                    put(batch)
+        except BaseException:
+            stop.set()  # the others stop too; the error is raised below
+            raise
+        finally:
+            try:
+                connections.close_all()  # this thread's
+            finally:
+                found.put(_READ)  # always: taken by the loop below, or by its draining once it stops
+
+    with ThreadPoolExecutor(count, thread_name_prefix="resourcesync-reconcile") as pool:
+        readers = [pool.submit(read) for _ in range(count)]
+        reading = count
+        try:
+            while reading:
+                batch = found.get()
+                # Batches found meanwhile are written together, up to batch_size rows.
+                while batch is not _READ and len(batch) < batch_size:
+                    try:
+                        more = found.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is _READ:
+                        reading -= 1
+                        continue
+                    batch = batch + more
+                if batch is _READ:
+                    reading -= 1
+                elif not stop.is_set():
+                    yield batch
+        finally:
+            stop.set()
+            while any(not reader.done() for reader in readers):  # a reader waiting to put stops
+                try:
+                    found.get(timeout=0.1)
+                except queue.Empty:
+                    pass
+    for reader in readers:
+        reader.result()  # a reader's error
+
+
+def _in_range(rows, bounds):
+    """``rows`` of the objects whose keys are in ``(after, last]`` (either end open when ``None``)."""
+    if bounds["after"] is not None:
+        rows = rows.filter(pk__gt=bounds["after"])
+    if bounds["last"] is not None:
+        rows = rows.filter(pk__lte=bounds["last"])
+    return rows
 
 
 def _stale_with_sizes(source, rows, sizes, batch_size):
