@@ -526,7 +526,7 @@ def test_on_postgresql_a_write_that_fails_stops_the_reading_threads(read_on_thre
     def broken(*args, **kwargs):
         raise OSError("No space left on device")
 
-    monkeypatch.setattr(reconciling, "_describe_again", broken)
+    monkeypatch.setattr(reconciling, "_apply_batch", broken)
     with pytest.raises(OSError, match="No space"):
         tracking.reconcile(bitstreams)
     assert not [thread for thread in threading.enumerate() if thread.name.startswith("resourcesync-reconcile")]

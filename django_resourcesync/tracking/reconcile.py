@@ -196,9 +196,13 @@ def _reconcile_in_database(resource_set, source, queryset, batch_size, record_ev
     stale_seen = 0
     if not files:
         rows = annotated.filter(~Exists(record.filter(fingerprints.recorded_is(expression))))
-        for batch in _stale_batches(queryset, rows.values_list("pk", "_rs_fingerprint"), batch_size):
-            stale_seen += len(batch)
-            _describe_again(resource_set, queryset, {str(pk): _stored(digest) for pk, digest in batch}, record_events, counts)
+        def found(batch, ahead=False):
+            stale = {str(pk): _stored(digest) for pk, digest in batch}
+            return stale, _objects_of(source, queryset, stale, prefetch=ahead)
+
+        for stale, objects in _stale_batches(queryset, rows.values_list("pk", "_rs_fingerprint"), batch_size, found):
+            stale_seen += len(stale)
+            _apply_batch(resource_set, objects, record_events, counts, stale)
             if progress:
                 progress("reconcile", stale_seen, total)
     else:
@@ -234,21 +238,25 @@ def _reading_threads(queryset):
 _READ = object()
 
 
-def _stale_batches(queryset, rows, batch_size):
-    """Yield lists of ``rows`` (``values_list`` rows starting with the key: the objects whose
-    fingerprint differs from their record's), at most ``batch_size`` a list.
+def _stale_batches(queryset, rows, batch_size, found):
+    """Yield ``found(batch, ahead)`` of lists of ``rows`` (``values_list`` rows starting with the
+    key: the objects whose fingerprint differs from their record's), at most ``batch_size`` a
+    list: a pair of dicts by key (those of batches found meanwhile are merged).
 
     Where the database gains by it (:func:`_reading_threads`), threads read them range of keys
-    by range (as a reconcile in parts cuts them), each on a connection of its own, while the
-    caller writes what they found: the database's search, most of a reconcile with little
-    changed, goes on beside the describing of what it found, and on as many cores as there are
-    threads. Else they are read here, one batch at a time."""
+    by range (as a reconcile in parts cuts them), each on a connection of its own, and call
+    ``found(batch, ahead=True)`` there (it reads the objects), while the caller writes what
+    they found: the database's search, most of a reconcile with little changed, goes on beside
+    the describing of what it found, and on as many cores as there are threads. Else they are
+    read here, one batch at a time.
+    """
     count = _reading_threads(queryset)
     ranges = _key_ranges(queryset, app_settings.MAX_ENTRIES_PER_DOCUMENT) if count > 1 else []
     if len(ranges) < 2:
-        yield from _batches(rows, batch_size)
+        for batch in _batches(rows, batch_size):
+            yield found(batch)
         return
-    found = queue.Queue(maxsize=2 * count)  # found rows wait here: a few batches at most
+    waiting = queue.Queue(maxsize=2 * count)  # what was found waits here: a few batches at most
     stop = threading.Event()
     pending = iter(ranges)
     taking = threading.Lock()
@@ -256,7 +264,7 @@ def _stale_batches(queryset, rows, batch_size):
     def put(item):
         while not stop.is_set():
             try:
-                found.put(item, timeout=0.1)
+                waiting.put(item, timeout=0.1)
                 return
             except queue.Full:
                 continue
@@ -269,7 +277,7 @@ def _stale_batches(queryset, rows, batch_size):
                 if bounds is None:
                     return
                 for batch in _batches(_in_range(rows, bounds), batch_size):
-                    put(batch)
+                    put(found(batch, ahead=True))
         except BaseException:
             stop.set()  # the others stop too; the error is raised below
             raise
@@ -277,24 +285,24 @@ def _stale_batches(queryset, rows, batch_size):
             try:
                 connections.close_all()  # this thread's
             finally:
-                found.put(_READ)  # always: taken by the loop below, or by its draining once it stops
+                waiting.put(_READ)  # always: taken by the loop below, or by its draining once it stops
 
     with ThreadPoolExecutor(count, thread_name_prefix="resourcesync-reconcile") as pool:
         readers = [pool.submit(read) for _ in range(count)]
         reading = count
         try:
             while reading:
-                batch = found.get()
+                batch = waiting.get()
                 # Batches found meanwhile are written together, up to batch_size rows.
-                while batch is not _READ and len(batch) < batch_size:
+                while batch is not _READ and len(batch[0]) < batch_size:
                     try:
-                        more = found.get_nowait()
+                        more = waiting.get_nowait()
                     except queue.Empty:
                         break
                     if more is _READ:
                         reading -= 1
                         continue
-                    batch = batch + more
+                    batch = tuple({**mine, **theirs} for mine, theirs in zip(batch, more))
                 if batch is _READ:
                     reading -= 1
                 elif not stop.is_set():
@@ -303,7 +311,7 @@ def _stale_batches(queryset, rows, batch_size):
             stop.set()
             while any(not reader.done() for reader in readers):  # a reader waiting to put stops
                 try:
-                    found.get(timeout=0.1)
+                    waiting.get(timeout=0.1)
                 except queue.Empty:
                     pass
     for reader in readers:
@@ -366,9 +374,18 @@ def _stale_with_sizes(source, rows, sizes, batch_size):
 
 def _describe_again(resource_set, queryset, fingerprints, record_events, counts):
     """Build the objects ``fingerprints`` names and compare them with their record."""
-    found = {str(obj.pk): obj for obj in bulk.filter_in(queryset, "pk", list(fingerprints))}
-    objects = {key: found.get(key) for key in fingerprints}  # None: gone since it was read
+    objects = _objects_of(resource_set.get_source(), queryset, fingerprints)
     _apply_batch(resource_set, objects, record_events, counts, fingerprints)
+
+
+def _objects_of(source, queryset, fingerprints, prefetch=False):
+    """``{key: object}`` of the keys of ``fingerprints`` (read before the objects, as ever),
+    ``None`` for one gone since. With ``prefetch`` (read ahead, on another thread than the
+    one that describes them) their files are asked of the operating system now."""
+    found = {str(obj.pk): obj for obj in bulk.filter_in(queryset, "pk", list(fingerprints))}
+    if prefetch:
+        source.prefetch(list(found.values()))
+    return {key: found.get(key) for key in fingerprints}
 
 
 def _reconcile_in_python(resource_set, source, queryset, batch_size, record_events, counts, progress):
