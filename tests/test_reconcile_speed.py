@@ -530,3 +530,21 @@ def test_on_postgresql_a_write_that_fails_stops_the_reading_threads(read_on_thre
     with pytest.raises(OSError, match="No space"):
         tracking.reconcile(bitstreams)
     assert not [thread for thread in threading.enumerate() if thread.name.startswith("resourcesync-reconcile")]
+
+
+def test_on_postgresql_a_range_of_a_reconcile_in_parts_is_read_by_its_worker_alone(read_on_threads, monkeypatch):
+    """The workers share a reconcile's ranges: one range is not cut into ranges for threads again."""
+    import threading
+
+    bitstreams, seen = read_on_threads
+    seen.extend([None, None])  # past the first two ranges: no thread waits for another
+    changed = change_every_other_file()
+    cut = []
+    monkeypatch.setattr(reconciling, "_key_ranges", lambda *args: cut.append(args) or [])
+    read_by = []
+    batches = reconciling._batches
+    monkeypatch.setattr(reconciling, "_batches",
+                        lambda *args: read_by.append(threading.current_thread().name) or batches(*args))
+    options = {"after": None, "last": None, "record_events": True, "batch_size": 100}
+    counts = reconciling._reconcile_range(bitstreams, options, lambda: None)
+    assert counts["updated"] == len(changed) and cut == [] and set(read_by) == {"MainThread"}

@@ -111,8 +111,9 @@ def _reconcile_range(resource_set, options, beat):
     counts = ChangeCounts()
     batch_size = options["batch_size"] or app_settings.BATCH_SIZE
     queryset = _in_range(queryset, options)
+    # One range: the workers share the ranges, so it is not cut into ranges for threads again.
     _reconcile_in_database(resource_set, source, queryset, batch_size, options["record_events"], counts,
-                           lambda *_args: beat())
+                           lambda *_args: beat(), on_threads=False)
     return asdict(counts)
 
 
@@ -180,10 +181,11 @@ def _lists_ahead(source, using):
     return bool(files) and any(listing.lists_ahead for listing in source.file_sizes())
 
 
-def _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress):
+def _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress, on_threads=True):
     """The fingerprint of each object is made by the database and joined with its record there:
     only the keys of the objects whose fingerprint differs (or that have no record) leave it,
-    and only those objects are built and compared; returns how many objects there were. Where
+    and only those objects are built and compared; returns how many objects there were. With
+    ``on_threads``, they may be read range by range on threads (see :func:`_stale_batches`). Where
     file sizes complete the fingerprint, each row leaves with its digest, its files' names and
     its recorded fingerprint, and the sizes come from the storage's listing
     (:mod:`django_resourcesync.listing`), not a request per file."""
@@ -200,7 +202,8 @@ def _reconcile_in_database(resource_set, source, queryset, batch_size, record_ev
             stale = {str(pk): _stored(digest) for pk, digest in batch}
             return stale, _objects_of(source, queryset, stale, prefetch=ahead)
 
-        for stale, objects in _stale_batches(queryset, rows.values_list("pk", "_rs_fingerprint"), batch_size, found):
+        rows = rows.values_list("pk", "_rs_fingerprint")
+        for stale, objects in _stale_batches(queryset, rows, batch_size, found, on_threads=on_threads):
             stale_seen += len(stale)
             _apply_batch(resource_set, objects, record_events, counts, stale)
             if progress:
@@ -238,7 +241,7 @@ def _reading_threads(queryset):
 _READ = object()
 
 
-def _stale_batches(queryset, rows, batch_size, found):
+def _stale_batches(queryset, rows, batch_size, found, on_threads=True):
     """Yield ``found(batch, ahead)`` of lists of ``rows`` (``values_list`` rows starting with the
     key: the objects whose fingerprint differs from their record's), at most ``batch_size`` a
     list: a pair of dicts by key (those of batches found meanwhile are merged).
@@ -248,9 +251,9 @@ def _stale_batches(queryset, rows, batch_size, found):
     ``found(batch, ahead=True)`` there (it reads the objects), while the caller writes what
     they found: the database's search, most of a reconcile with little changed, goes on beside
     the describing of what it found, and on as many cores as there are threads. Else they are
-    read here, one batch at a time.
+    read here, one batch at a time (and always without ``on_threads``).
     """
-    count = _reading_threads(queryset)
+    count = _reading_threads(queryset) if on_threads else 1
     ranges = _key_ranges(queryset, app_settings.MAX_ENTRIES_PER_DOCUMENT) if count > 1 else []
     if len(ranges) < 2:
         for batch in _batches(rows, batch_size):
