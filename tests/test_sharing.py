@@ -117,10 +117,10 @@ def test_a_failing_part_fails_the_job_and_the_rebuild_reports_it(seed, small_par
     changed_behind_the_signals(10)
     real = reconciling._reconcile_in_database
 
-    def failing(resource_set, source, queryset, *args):
+    def failing(resource_set, source, queryset, *args, **kwargs):
         if queryset.filter(pk=Item.objects.order_by("pk").values_list("pk", flat=True)[5]).exists():
             raise RuntimeError("the source's database went away")
-        return real(resource_set, source, queryset, *args)
+        return real(resource_set, source, queryset, *args, **kwargs)
 
     with mock.patch.object(reconciling, "_reconcile_in_database", failing):
         with pytest.raises(sharing.JobFailed, match="part 2: RuntimeError: the source's database went away"):
