@@ -116,6 +116,7 @@ def rewrite(model, fields, rows, using, *, same=()):
     with connection.cursor() as cursor:
         cursor.executemany(f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} = %s", rows)
 
+
 def filter_in(queryset, name, values):
     """``queryset.filter(<name>__in=values)`` for thousands of values, which the ORM prepares
     one at a time: the values go as one parameter instead (an array on PostgreSQL, a JSON array

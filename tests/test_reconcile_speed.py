@@ -548,3 +548,29 @@ def test_on_postgresql_a_range_of_a_reconcile_in_parts_is_read_by_its_worker_alo
     options = {"after": None, "last": None, "record_events": True, "batch_size": 100}
     counts = reconciling._reconcile_range(bitstreams, options, lambda: None)
     assert counts["updated"] == len(changed) and cut == [] and set(read_by) == {"MainThread"}
+
+
+def test_a_change_written_between_the_reading_of_an_object_and_its_batch_is_not_undone(tracked, committing, monkeypatch):
+    """A reconcile reads the objects it found changed, then takes the set's lock to write them:
+    a save written into the set in between (by a worker) must not be overwritten by the state
+    read before it, nor published after it as the latest change."""
+    bitstreams, _metadata = tracked
+    f = ItemFile.objects.order_by("pk").first()
+    ItemFile.objects.filter(pk=f.pk).update(media_type="text/csv")  # behind the signals: the reconcile finds it
+    real = reconciling._objects_of
+
+    def read_then_saved_elsewhere(*args, **kwargs):
+        objects = real(*args, **kwargs)
+        with committing():
+            ItemFile.objects.filter(pk=f.pk).update(media_type="text/tab-separated-values")
+            tracking.changed(model=ItemFile, pks=[f.pk])
+            tracking.process_pending()
+        return objects
+
+    monkeypatch.setattr(reconciling, "_objects_of", read_then_saved_elsewhere)
+    with committing():
+        tracking.reconcile(bitstreams)
+    record = Resource.objects.get(resource_set=bitstreams, object_pk=str(f.pk))
+    assert record.media_type == "text/tab-separated-values"
+    last = ChangeEvent.objects.filter(resource_set=bitstreams, object_pk=str(f.pk)).order_by("-id").first()
+    assert last.media_type == "text/tab-separated-values"

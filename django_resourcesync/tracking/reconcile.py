@@ -202,6 +202,7 @@ def _reconcile_in_database(resource_set, source, queryset, batch_size, record_ev
             stale = {str(pk): _stored(digest) for pk, digest in batch}
             return stale, _objects_of(source, queryset, stale, prefetch=ahead)
 
+
         rows = rows.values_list("pk", "_rs_fingerprint")
         for stale, objects in _stale_batches(queryset, rows, batch_size, found, on_threads=on_threads):
             stale_seen += len(stale)
@@ -507,5 +508,22 @@ def _gone_integer_keys_postgresql(records, queryset, as_integer):
 def _apply_batch(resource_set, objects, record_events, counts, fingerprints=None):
     with locked(resource_set):
         writer = SetWriter(resource_set, record_events=record_events)
+        if fingerprints is not None:
+            objects, fingerprints = _as_now(writer, objects, fingerprints)
         writer.apply(objects, fingerprints)
     counts.add(writer.counts)
+
+
+def _as_now(writer, objects, fingerprints):
+    """``objects`` and their ``fingerprints``, read before the set's lock was taken, as they are
+    now: the fingerprints read again under the lock, and the objects whose fingerprint changed
+    meanwhile read again after them (``None``: gone). A change saved and written into the set
+    since they were read must not be written over by the state before it."""
+    present = [key for key, obj in objects.items() if obj is not None]
+    now = writer.read_fingerprints(present)
+    moved = [key for key in present if now.get(key) != fingerprints.get(key)]
+    if not moved:
+        return objects, fingerprints
+    again = writer.read_objects(moved)
+    objects = {**objects, **{key: again.get(key) for key in moved}}
+    return objects, {**fingerprints, **{key: now[key] for key in moved if key in now}}

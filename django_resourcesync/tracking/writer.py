@@ -464,10 +464,10 @@ class SetWriter:
         items since its fingerprint was read is ``None``, gone."""
         if not keys:
             return objects
-        found = self._objects(keys)
+        found = self.read_objects(keys)
         return {**objects, **{key: found.get(key) for key in keys}}
 
-    def _objects(self, keys):
+    def read_objects(self, keys):
         """``{key: obj}`` of those of ``keys`` that are among the set's items, in one query."""
         return {str(obj.pk): obj for obj in bulk.filter_in(self.source.queryset(self.resource_set.lookups), "pk", keys)}
 
@@ -511,7 +511,7 @@ class SetWriter:
         stale = [key for key in fingerprints if fingerprints[key] and key not in unchanged]
         if not stale:
             return 0
-        objects = self._objects(stale)
+        objects = self.read_objects(stale)
         stale = [key for key in stale if key in objects]
         with rendering.batch():
             kept = self._describe_ahead(stale, objects, known, fingerprints)
