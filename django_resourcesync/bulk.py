@@ -53,20 +53,25 @@ def _statement(model, fields, using):
     return target, placeholders, converters, per_statement
 
 
+def _converted(rows, converters):
+    """``rows`` as a list, their values in the columns of ``converters`` converted."""
+    if not converters:
+        return rows if isinstance(rows, list) else list(rows)
+    rows = [list(row) for row in rows]
+    for index, convert in converters:
+        for row in rows:
+            if row[index] is not None:
+                row[index] = convert(row[index])
+    return rows
+
+
 def insert(model, fields, rows, using):
     """Insert ``rows`` (tuples of values for the attributes ``fields``, foreign keys by their
     ``_id``) into ``model``'s table, in the current transaction of database ``using``: by
     ``COPY`` on PostgreSQL (psycopg 3) for more than a few rows, else a multi-row INSERT per few
     hundred rows."""
     target, placeholders, converters, per_statement = _statement(model, tuple(fields), using)
-    if converters:
-        rows = [list(row) for row in rows]
-        for index, convert in converters:
-            for row in rows:
-                if row[index] is not None:
-                    row[index] = convert(row[index])
-    elif not isinstance(rows, list):
-        rows = list(rows)
+    rows = _converted(rows, converters)
     if not rows:
         return
     connection = connections[using]
@@ -104,11 +109,7 @@ def rewrite(model, fields, rows, using, *, same=()):
     kept = [index for index, name in enumerate(fields) if name not in same]
     fields = tuple(fields[index] for index in kept)
     _target, _placeholders, converters, _per_statement = _statement(model, fields, using)
-    rows = [[*(row[index + 1] for index in kept), row[0]] for row in rows]
-    for index, convert in converters:
-        for row in rows:
-            if row[index] is not None:
-                row[index] = convert(row[index])
+    rows = _converted([[*(row[index + 1] for index in kept), row[0]] for row in rows], converters)
     meta = model._meta
     quote = connection.ops.quote_name
     columns = [meta.get_field(name.removesuffix("_id") if name.endswith("_id") else name).column for name in fields]

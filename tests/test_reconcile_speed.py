@@ -520,7 +520,7 @@ def test_on_postgresql_a_reading_thread_that_fails_fails_the_reconcile_and_the_n
 def test_on_postgresql_a_write_that_fails_stops_the_reading_threads(read_on_threads, monkeypatch):
     import threading
 
-    bitstreams, _seen = read_on_threads
+    bitstreams, seen = read_on_threads
     change_every_other_file()
 
     def broken(*args, **kwargs):
@@ -529,6 +529,7 @@ def test_on_postgresql_a_write_that_fails_stops_the_reading_threads(read_on_thre
     monkeypatch.setattr(reconciling, "_apply_batch", broken)
     with pytest.raises(OSError, match="No space"):
         tracking.reconcile(bitstreams)
+    assert {name for _bounds, name in seen} >= {"resourcesync-reconcile_0", "resourcesync-reconcile_1"}, "read on threads"
     assert not [thread for thread in threading.enumerate() if thread.name.startswith("resourcesync-reconcile")]
 
 
