@@ -10,6 +10,7 @@ from django.dispatch import receiver
 from django.test.client import RequestFactory
 from django.urls import set_urlconf
 
+from . import uris
 from .conf import app_settings
 from .exceptions import UnpublishableResource
 
@@ -36,11 +37,13 @@ def _handler():
 def batch():
     """Pages rendered inside share what they read of the app's configuration (the sets a
     discovery link names, say): a batch of changes renders many pages in a moment, each of
-    which would otherwise read it again."""
+    which would otherwise read it again. The objects described inside have their paths written
+    for the URLconf and script prefix of the batch's start (:func:`~.uris.urls_fixed`)."""
     outer = getattr(_local, "shared", None)
     _local.shared = {} if outer is None else outer
     try:
-        yield
+        with uris.urls_fixed():
+            yield
     finally:
         _local.shared = outer
 
@@ -82,7 +85,9 @@ def render_location(location):
         parts.path or "/", QUERY_STRING=parts.query, secure=secure
     )
     request._resourcesync_rendering = True  # no discovery lookup: its headers go nowhere
-    try:
+    # The request's URLconf, whatever a middleware chooses, for the paths its page writes.
+    with uris.urls_fixed(False), contextlib.ExitStack() as reset:
+        reset.callback(set_urlconf, None)  # forget the URLconf chosen, as after a request
         response = handler.get_response(request)
         try:
             if response.status_code != 200:
@@ -94,5 +99,3 @@ def render_location(location):
             # request are closed.
             for close in getattr(response, "_resource_closers", ()):
                 close()
-    finally:
-        set_urlconf(None)  # forget the URLconf a middleware may have chosen, as after a request

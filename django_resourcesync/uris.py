@@ -1,7 +1,9 @@
 """URIs: percent-encoding what a source gives into RFC 3986 URIs, and the URIs of the documents
 the Source publishes."""
 
+import contextlib
 import re
+import threading
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from django.core.exceptions import ImproperlyConfigured
@@ -127,7 +129,7 @@ class PathReverser:
         self._templates = {}
 
     def __call__(self, **kwargs):
-        key = (get_urlconf(), get_script_prefix(), tuple(kwargs))
+        key = (*(getattr(_fixed, "urls", None) or (get_urlconf(), get_script_prefix())), tuple(kwargs))
         template = self._templates.get(key, False)
         if template is False:
             template = self._templates[key] = self._learn(kwargs)
@@ -178,6 +180,24 @@ class PathReverser:
             start = position + len(stand_ins[name])
         parts.append(path[start:])
         return parts, slots
+
+
+_fixed = threading.local()
+
+
+@contextlib.contextmanager
+def urls_fixed(fixed=True):
+    """Inside, :class:`PathReverser` writes paths for the URLconf and script prefix the thread
+    has on entry, not reading them again (asgiref's context-local reads, some 7 µs a path, a
+    fifth of describing a file): for describing many objects at once, which changes neither.
+    ``urls_fixed(False)`` reads them again on each call, inside: around what may change them (a
+    page of the site rendered, whose middleware may choose another URLconf)."""
+    outer = getattr(_fixed, "urls", None)
+    _fixed.urls = (get_urlconf(), get_script_prefix()) if fixed else None
+    try:
+        yield
+    finally:
+        _fixed.urls = outer
 
 
 # -- the Source's own documents ---------------------------------------------------------------

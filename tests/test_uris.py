@@ -403,3 +403,28 @@ def test_a_path_that_would_start_with_two_slashes_is_escaped_as_reverse_escapes_
         assert anything(name="/a") == reverse("elsewhere-any", kwargs={"name": "/a"}) == "/%2Fa"
     finally:
         set_urlconf(None)
+
+
+class ElsewhereMiddleware:
+    """Gives every request the second URLconf, as a site serving several hosts may."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        request.urlconf = "tests.urls_elsewhere"
+        return self.get_response(request)
+
+
+def test_a_page_rendered_among_objects_described_writes_the_paths_of_its_own_urlconf(settings):
+    """Objects described in a batch have their paths written for the URLconf of its start, read
+    once; a page rendered meanwhile (a ViewSource's) is written for the URLconf its request has."""
+    from django_resourcesync import rendering
+    from example_project.repository.models import item_path
+
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "tests.test_uris.ElsewhereMiddleware"]
+    with rendering.batch():
+        assert item_path(pk=4) == "/items/4/"
+        body, _type = rendering.render_location("/writes/5/")
+        assert body == b"/elsewhere/items/5/"
+        assert item_path(pk=6) == "/items/6/"
