@@ -15,7 +15,7 @@ from django_resourcesync.tracking import changelog
 from example_project.repository.models import Collection, Item, ItemFile
 
 from .conftest import demo_set
-from .helpers import build, fetch, path_of
+from .helpers import build, fetch, path_of, resource_list_entries
 from .xmlcheck import SM, W3C_UTC, check_document, entries, link, md
 
 pytestmark = pytest.mark.django_db
@@ -670,3 +670,20 @@ def test_an_object_given_the_uri_of_another_is_left_out_and_the_owner_keeps_publ
     new = ChangeEvent.objects.filter(resource_set=metadata, id__gt=after)
     assert list(new.values_list("object_pk", "change", "uri")) == [(str(first.pk), "updated", records[str(first.pk)])]
     assert f"object {second.pk} has the URI {records[str(first.pk)]} of object {first.pk}; not published" in caplog.text
+
+
+@pytest.mark.parametrize("year", [1, 999])
+def test_a_lastmod_before_the_year_1000_is_written_with_the_four_digits_the_schema_asks(tracked, year):
+    """xs:dateTime years have four digits at least; the C library's %Y writes 999 as "999"."""
+    bitstreams, _metadata = tracked
+    early = datetime.datetime(year, 3, 4, 5, 6, 7, 890000, tzinfo=datetime.timezone.utc)
+    changed = ItemFile.objects.order_by("pk").first()
+    # No signal: the reconcile finds it. A new type too: a change of lastmod alone is no event.
+    ItemFile.objects.filter(pk=changed.pk).update(modified=early, media_type="application/x-early")
+    build(bitstreams)
+    written = f"{year:04d}-03-04T05:06:07.890000Z"
+    listed = {entry.find(f"{{{SM}}}loc").text: entry.find(f"{{{SM}}}lastmod").text for entry in resource_list_entries(bitstreams)}
+    assert listed["http://testserver" + changed.get_absolute_url()] == written
+    status, body, _ = fetch("/resourcesync/bitstreams/changelist.xml")
+    (entry,) = [entry for entry in entries(check_document(body, "changelist")) if md(entry)["change"] == "updated"]
+    assert entry.find(f"{{{SM}}}lastmod").text == written
