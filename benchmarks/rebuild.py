@@ -43,13 +43,17 @@ under 200 MB), then a linearity line (µs per resource at the largest N relative
 smallest). Nothing is asserted. ``--profile auto`` (the default) runs the rebuild twice more
 under cProfile at the largest N when the ratio there is below target (``always`` / ``never``):
 with nothing changed, then with another 1% of the files changed. ``--keep`` keeps the directory
-and database; ``--skip-resync`` skips step 4.
+and database; ``--skip-resync`` skips step 4. ``--repeat K`` times steps 2 to 4 K times in turn
+(each turn changing another 1% of the files) and gives the median of the turns' ratios: on a
+machine whose speed drifts by tens of percent from one minute to the next, one turn's ratio can
+be off by as much.
 """
 
 import argparse
 import io
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -432,6 +436,9 @@ def main():
                         help="cProfile the rebuild, nothing changed and 1%% changed, at the largest N"
                              " (auto: when the ratio is below target)")
     parser.add_argument("--top", type=int, default=25, help="functions shown by the profile (default 25)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="time the three steps (nothing changed, another 1%% changed, resync) this many times"
+                             " in turn at each N, and give the median of the ratios of each turn (default 1)")
     add_child_arguments(parser, CHILDREN)
     options = parser.parse_args()
     if run_as_child(options, CHILDREN):
@@ -490,15 +497,23 @@ def main():
                            f" rows read before, not timed: {theirs['read_seconds']:.2f} s)"))
                 print(f"    {theirs['entries']:,} entries, {theirs['parts']} part files,"
                       f" {theirs['bytes'] / 2**20:.1f} MB written")
+            turns = [(unchanged, changed, theirs)]
+            for turn in range(2, options.repeat + 1):
+                turns.append(another_turn(options, var_dir, cfg, count, turn))
             results[count] = (unchanged, changed, theirs)
-            peak = mib(max(unchanged["peak_kib"], changed["peak_kib"]))
+            peak = mib(max(result["peak_kib"] for results_of_turn in turns for result in results_of_turn if result))
             print(f"  our peak RSS {peak:.1f} MB: target < {TARGET_PEAK_MB:.0f} MB {verdict(peak < TARGET_PEAK_MB)}")
             ratio = None
             if theirs:
-                ratio = theirs["seconds"] / unchanged["seconds"]
-                ratio_changed = theirs["seconds"] / changed["seconds"]
-                print(f"  ratio resync time / our time: {ratio:.2f}x nothing changed, {ratio_changed:.2f}x with 1% changed;"
-                      f" target >= {TARGET_RATIO:.0f}x {verdict(ratio >= TARGET_RATIO)}"
+                ratios = [theirs_now["seconds"] / ours["seconds"] for ours, _changed, theirs_now in turns]
+                ratios_changed = [theirs_now["seconds"] / changed_now["seconds"] for _ours, changed_now, theirs_now in turns]
+                ratio, ratio_changed = statistics.median(ratios), statistics.median(ratios_changed)
+                each = "" if len(turns) == 1 else (
+                    f" (the median of {len(turns)} turns: {', '.join(f'{value:.2f}' for value in ratios)}"
+                    f" / {', '.join(f'{value:.2f}' for value in ratios_changed)})"
+                )
+                print(f"  ratio resync time / our time: {ratio:.2f}x nothing changed, {ratio_changed:.2f}x with 1% changed"
+                      f"{each}; target >= {TARGET_RATIO:.0f}x {verdict(ratio >= TARGET_RATIO)}"
                       f" / {verdict(ratio_changed >= TARGET_RATIO)}")
             wanted = options.profile == "always" or (
                 options.profile == "auto" and ratio is not None and ratio < TARGET_RATIO
@@ -506,7 +521,7 @@ def main():
             if n == max(sizes) and wanted:
                 for label in ("nothing changed", "1% changed"):
                     if label != "nothing changed":  # another 1% of the files (the next key of each hundred)
-                        run_child("change", var_dir, cfg, CHANGED_EVERY, 1)
+                        run_child("change", var_dir, cfg, CHANGED_EVERY, options.repeat)
                     report = run_child("profile", var_dir, cfg, options.top)
                     print()
                     print(f"cProfile of a rebuild with {label} at N = {count:,} ({report['seconds']:.2f} s under the profiler)")
@@ -531,6 +546,24 @@ def main():
             low = us(results[smallest][index]["seconds"], smallest)
             high = us(results[largest][index]["seconds"], largest)
             print(f"  {name:<32} {low:7.2f} -> {high:7.2f} us/resource  ({high / low:.2f}x)")
+
+
+def another_turn(options, var_dir, cfg, count, turn):
+    """The three timed steps once more (``--repeat``): with nothing changed, with another 1% of
+    the files changed (the next key of each hundred), and resync; each on a line."""
+    cold(options)
+    unchanged = run_child("rebuild", var_dir, cfg, count)
+    run_child("change", var_dir, cfg, CHANGED_EVERY, turn - 1)
+    cold(options)
+    changed = run_child("rebuild", var_dir, cfg, count)
+    theirs = None
+    if not options.skip_resync:
+        cold(options)
+        theirs = run_child("resync", var_dir, cfg, count)
+    print(f"  turn {turn}: nothing changed {unchanged['seconds']:.2f} s (reconcile {unchanged['phases']['reconcile']:.2f} s),"
+          f" 1% changed {changed['seconds']:.2f} s (reconcile {changed['phases']['reconcile']:.2f} s,"
+          f" {changed['events']:,} events)" + (f", resync {theirs['seconds']:.2f} s" if theirs else ""))
+    return unchanged, changed, theirs
 
 
 def resync_version():
