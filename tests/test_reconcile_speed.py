@@ -551,11 +551,19 @@ def test_on_postgresql_a_range_of_a_reconcile_in_parts_is_read_by_its_worker_alo
     assert counts["updated"] == len(changed) and cut == [] and set(read_by) == {"MainThread"}
 
 
-def test_a_change_written_between_the_reading_of_an_object_and_its_batch_is_not_undone(tracked, committing, monkeypatch):
+@pytest.mark.parametrize("processed", [True, False], ids=["processed", "unprocessed"])
+@pytest.mark.parametrize("in_parts", [False, True], ids=["one-pass", "in-parts"])
+def test_a_change_written_between_the_reading_of_an_object_and_its_batch_is_not_undone(
+    tracked, committing, monkeypatch, settings, in_parts, processed
+):
     """A reconcile reads the objects it found changed, then takes the set's lock to write them:
-    a save written into the set in between (by a worker) must not be overwritten by the state
-    read before it, nor published after it as the latest change."""
+    a save in between, written into the set by a worker or not yet, must not be overwritten by
+    the state read before it, nor published after it as the latest change. In parts, a range
+    describes its objects before it takes the lock: what it described of the older state is
+    not used."""
     bitstreams, _metadata = tracked
+    if in_parts:
+        settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 3}
     f = ItemFile.objects.order_by("pk").first()
     ItemFile.objects.filter(pk=f.pk).update(media_type="text/csv")  # behind the signals: the reconcile finds it
     real = reconciling._objects_of
@@ -564,13 +572,14 @@ def test_a_change_written_between_the_reading_of_an_object_and_its_batch_is_not_
         objects = real(*args, **kwargs)
         with committing():
             ItemFile.objects.filter(pk=f.pk).update(media_type="text/tab-separated-values")
-            tracking.changed(model=ItemFile, pks=[f.pk])
-            tracking.process_pending()
+            if processed:
+                tracking.changed(model=ItemFile, pks=[f.pk])
+                tracking.process_pending()
         return objects
 
     monkeypatch.setattr(reconciling, "_objects_of", read_then_saved_elsewhere)
     with committing():
-        tracking.reconcile(bitstreams)
+        tracking.reconcile(bitstreams, parallel=in_parts)
     record = Resource.objects.get(resource_set=bitstreams, object_pk=str(f.pk))
     assert record.media_type == "text/tab-separated-values"
     last = ChangeEvent.objects.filter(resource_set=bitstreams, object_pk=str(f.pk)).order_by("-id").first()

@@ -2,6 +2,7 @@
 taken over, a failing part failing the job, and real worker processes on PostgreSQL, one killed
 in the middle of its part."""
 
+import contextlib
 import datetime
 import hashlib
 import importlib
@@ -16,10 +17,11 @@ from django_resourcesync.models import ChangeEvent, PendingChange, Resource, Sha
 from example_project.repository.models import Item
 
 from .conftest import demo_set
-from .helpers import fetch
+from .helpers import fetch, path_of
 
 # The module (the package exports its function under the same name).
 reconciling = importlib.import_module("django_resourcesync.tracking.reconcile")
+writing = importlib.import_module("django_resourcesync.tracking.writer")
 
 
 def changed_behind_the_signals(count):
@@ -95,6 +97,42 @@ def test_a_reconcile_in_parts_writes_what_a_reconcile_in_one_pass_writes(seed, s
         assert tracking.reconcile(metadata, parallel=True).unchanged == 9
     assert searched.call_count == 0
     assert tracking.reconcile(metadata).unchanged == 9
+
+
+@pytest.mark.django_db
+def test_a_range_of_a_reconcile_in_parts_is_described_before_the_sets_lock_is_taken(seed, small_parts, metadata, monkeypatch):
+    """Workers that reconcile ranges of one set take its lock in turn: each describes its batch
+    (renders the records, writes the entries) before it takes the lock and holds the lock for
+    the writing alone, so that one describes while another writes."""
+    seed(10)
+    tracking.reconcile(metadata)
+    changed = changed_behind_the_signals(7)
+    holding, described = [False], []
+    real_locked, real_entry_values = reconciling.locked, writing.entry_values
+
+    @contextlib.contextmanager
+    def watched(resource_set):
+        with real_locked(resource_set):
+            holding[0] = True
+            try:
+                yield
+            finally:
+                holding[0] = False
+
+    def watching(source, obj, *args, **kwargs):
+        described.append((str(obj.pk), holding[0]))
+        return real_entry_values(source, obj, *args, **kwargs)
+
+    monkeypatch.setattr(reconciling, "locked", watched)
+    monkeypatch.setattr(writing, "entry_values", watching)
+    counts = tracking.reconcile(metadata, parallel=True)
+    assert counts.updated == 7 and counts.unchanged == 3
+    assert sorted(described) == sorted((key, False) for key in changed), "described once each, none under the lock"
+    assert updated_keys(metadata) == sorted(changed)
+    for record in Resource.objects.filter(resource_set=metadata, object_pk__in=changed):
+        status, body, _response = fetch(path_of(record.uri))
+        assert status == 200 and b"Retitled behind the signals" in body
+        assert record.sha256 == hashlib.sha256(body).hexdigest() and record.length == len(body)
 
 
 @pytest.mark.django_db

@@ -15,7 +15,7 @@ from ..conf import app_settings
 from ..models import LeftOut, Resource, ResourceSet
 from .changelog import start_log
 from .locks import is_tracked, locked
-from .writer import ChangeCounts, SetWriter, _stored, fingerprints_of_rows, matching_fingerprints
+from .writer import ChangeCounts, SetWriter, _stored, described_ahead, fingerprints_of_rows, matching_fingerprints
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def _reconcile_range(resource_set, options, beat):
     queryset = _in_range(queryset, options)
     # One range: the workers share the ranges, so it is not cut into ranges for threads again.
     _reconcile_in_database(resource_set, source, queryset, batch_size, options["record_events"], counts,
-                           lambda *_args: beat(), on_threads=False)
+                           lambda *_args: beat(), on_threads=False, describe_first=True)
     return asdict(counts)
 
 
@@ -181,11 +181,14 @@ def _lists_ahead(source, using):
     return bool(files) and any(listing.lists_ahead for listing in source.file_sizes())
 
 
-def _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress, on_threads=True):
+def _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress, on_threads=True,
+                           describe_first=False):
     """The fingerprint of each object is made by the database and joined with its record there:
     only the keys of the objects whose fingerprint differs (or that have no record) leave it,
     and only those objects are built and compared; returns how many objects there were. With
-    ``on_threads``, they may be read range by range on threads (see :func:`_stale_batches`). Where
+    ``on_threads``, they may be read range by range on threads (see :func:`_stale_batches`). With
+    ``describe_first`` (a range of a reconcile in parts, which other workers' ranges wait on),
+    each batch is described before the set's lock is taken (:func:`.writer.described_ahead`). Where
     file sizes complete the fingerprint, each row leaves with its digest, its files' names and
     its recorded fingerprint, and the sizes come from the storage's listing
     (:mod:`django_resourcesync.listing`), not a request per file."""
@@ -198,15 +201,20 @@ def _reconcile_in_database(resource_set, source, queryset, batch_size, record_ev
     stale_seen = 0
     if not files:
         rows = annotated.filter(~Exists(record.filter(fingerprints.recorded_is(expression))))
+
         def found(batch, ahead=False):
             stale = {str(pk): _stored(digest) for pk, digest in batch}
-            return stale, _objects_of(source, queryset, stale, prefetch=ahead)
-
+            objects = _objects_of(source, queryset, stale, prefetch=ahead)
+            # (Not on a reading thread: Python's lock on the interpreter makes two threads
+            # describing no quicker than one, and the writer's waits on the database longer.)
+            if not describe_first:
+                return stale, objects, {}
+            return stale, objects, described_ahead(resource_set, objects, stale, record_events=record_events)
 
         rows = rows.values_list("pk", "_rs_fingerprint")
-        for stale, objects in _stale_batches(queryset, rows, batch_size, found, on_threads=on_threads):
+        for stale, objects, described in _stale_batches(queryset, rows, batch_size, found, on_threads=on_threads):
             stale_seen += len(stale)
-            _apply_batch(resource_set, objects, record_events, counts, stale)
+            _apply_batch(resource_set, objects, record_events, counts, stale, described)
             if progress:
                 progress("reconcile", stale_seen, total)
     else:
@@ -223,7 +231,7 @@ def _reconcile_in_database(resource_set, source, queryset, batch_size, record_ev
         for stale, seen in _stale_with_sizes(source, rows, sizes, batch_size):
             stale_seen += len(stale)
             if stale:
-                _describe_again(resource_set, queryset, stale, record_events, counts)
+                _describe_again(resource_set, queryset, stale, record_events, counts, describe_first)
             if progress:
                 progress("reconcile", seen, total)
     counts.unchanged += max(0, total - stale_seen)
@@ -245,7 +253,7 @@ _READ = object()
 def _stale_batches(queryset, rows, batch_size, found, on_threads=True):
     """Yield ``found(batch, ahead)`` of lists of ``rows`` (``values_list`` rows starting with the
     key: the objects whose fingerprint differs from their record's), at most ``batch_size`` a
-    list: a pair of dicts by key (those of batches found meanwhile are merged).
+    list: a tuple of dicts by key (those of batches found meanwhile are merged).
 
     Where the database gains by it (:func:`_reading_threads`), threads read them range of keys
     by range (as a reconcile in parts cuts them), each on a connection of its own, and call
@@ -376,10 +384,12 @@ def _stale_with_sizes(source, rows, sizes, batch_size):
             return
 
 
-def _describe_again(resource_set, queryset, fingerprints, record_events, counts):
-    """Build the objects ``fingerprints`` names and compare them with their record."""
+def _describe_again(resource_set, queryset, fingerprints, record_events, counts, describe_first=False):
+    """Build the objects ``fingerprints`` names and compare them with their record (described
+    before the set's lock is taken, with ``describe_first``)."""
     objects = _objects_of(resource_set.get_source(), queryset, fingerprints)
-    _apply_batch(resource_set, objects, record_events, counts, fingerprints)
+    described = described_ahead(resource_set, objects, fingerprints, record_events=record_events) if describe_first else None
+    _apply_batch(resource_set, objects, record_events, counts, fingerprints, described)
 
 
 def _objects_of(source, queryset, fingerprints, prefetch=False):
@@ -505,12 +515,12 @@ def _gone_integer_keys_postgresql(records, queryset, as_integer):
         return None
 
 
-def _apply_batch(resource_set, objects, record_events, counts, fingerprints=None):
+def _apply_batch(resource_set, objects, record_events, counts, fingerprints=None, described=None):
     with locked(resource_set):
         writer = SetWriter(resource_set, record_events=record_events)
         if fingerprints is not None:
             objects, fingerprints = _as_now(writer, objects, fingerprints)
-        writer.apply(objects, fingerprints)
+        writer.apply(objects, fingerprints, described=described)
     counts.add(writer.counts)
 
 

@@ -126,6 +126,34 @@ def entry_values(source, obj, known=None, fingerprint=None, read=None):
     return values
 
 
+def _isoformat(moment):
+    return moment and moment.isoformat()
+
+
+def described_ahead(resource_set, objects, fingerprints, *, record_events):
+    """``{key: (fingerprint, values)}``: the objects ``objects`` (``{key: obj}``, ``None`` for
+    one gone) described before the set's lock is taken, from the ``fingerprints`` read before
+    them, for :meth:`SetWriter.apply` to use for those whose fingerprint is the same once it
+    holds the lock. While one process describes, another writes: the lock is held for the
+    writing alone. An object that cannot be described is left out, for ``apply`` to report.
+    Nothing is described where the changes keep the bytes of their versions (``record_events``
+    on a set that keeps them): those are kept as they are read, in the change's transaction."""
+    if record_events and versions.keeps(resource_set):
+        return {}
+    writer = SetWriter(resource_set, record_events=False)
+    if not writer.source.fingerprint_covers_entry:
+        return {}
+    present = [key for key, obj in objects.items() if obj is not None and fingerprints.get(key)]
+    # What tells which are unchanged (a fingerprint of an older form), and the hashes it vouches
+    # for: bytes are not read again where the record's still stand.
+    known = writer._records(present, ("object_pk", "fingerprint", *REPRESENTATION_FIELDS))
+    unchanged = _matching(known, fingerprints)
+    stale = [key for key in present if key not in unchanged]
+    with rendering.batch():
+        described = writer._describe_ahead(stale, objects, known, fingerprints)
+    return {key: (fingerprint, values) for key, fingerprint, values in described}
+
+
 def describe_failure(exc):
     """Why an object could not be published, in a line an operator can act on."""
     if isinstance(exc, UnpublishableResource):
@@ -212,16 +240,18 @@ class SetWriter:
         self.keeping = record_events and versions.keeps(resource_set)
         self.kept = {}  # {sha256: length} kept in this batch
 
-    def apply(self, objects, fingerprints=None, history=None):
+    def apply(self, objects, fingerprints=None, history=None, described=None):
         """``objects``: ``{object_pk: obj or None}``, ``None`` for an object that is not (or no
         longer) among the set's items, :data:`UNREAD` for one that is, not read yet (then
         ``fingerprints`` must be given). ``fingerprints``: those of the objects, read in the
         database (``fingerprint_fields``) before the objects were, else they are read here.
-        ``history``: ``{object_pk: History}`` of pending changes; without, a change is made now."""
+        ``history``: ``{object_pk: History}`` of pending changes; without, a change is made now.
+        ``described``: what :func:`described_ahead` made of some of them, used for those whose
+        fingerprint is still the one they were described with."""
         with rendering.batch():  # the pages it renders share what they read of the configuration
-            self._apply(objects, fingerprints, history)
+            self._apply(objects, fingerprints, history, described or {})
 
-    def _apply(self, objects, fingerprints, history):
+    def _apply(self, objects, fingerprints, history, described):
         history = history or {}
         fields = ("id", "object_pk", *ENTRY_FIELDS)
         if fingerprints is not None:
@@ -237,7 +267,7 @@ class SetWriter:
         writes, gone, changes = {}, [], []  # writes: {key: values} of rows to (re)write
         left_out = {}  # {key: reason} of objects that cannot be listed
         withdrawn = {}  # {key: record id} of resources that leave the set
-        prepared = self._prepared([key for key in keys if objects[key] is not None], fingerprints)
+        prepared = self._prepared([key for key in keys if objects[key] is not None], fingerprints, described)
         objects = self._read_unread(objects, [
             key for key in keys
             if objects[key] is UNREAD and (key not in prepared or (key in history and history[key].earlier))
@@ -518,7 +548,10 @@ class SetWriter:
         # COPY on PostgreSQL: each value, the entry's XML among them, goes as it is (an INSERT
         # of the ORM has psycopg escape each one, most of the time of a part).
         now = timezone.now()
-        rows = [(self.resource_set.pk, key, fingerprint, values, now) for key, fingerprint, values in kept]
+        rows = [
+            (self.resource_set.pk, key, fingerprint, json.dumps({**values, "lastmod": _isoformat(values["lastmod"])}), now)
+            for key, fingerprint, values in kept
+        ]
         bulk.insert(PreparedEntry, ("resource_set_id", "object_pk", "fingerprint", "values", "created"), rows,
                     router.db_for_write(PreparedEntry))
         return len(kept)
@@ -535,18 +568,25 @@ class SetWriter:
                 raise
             except Exception:  # reported when its change is written
                 continue
-            lastmod = values["lastmod"] and values["lastmod"].isoformat()
-            kept.append((key, fingerprints[key], json.dumps({**values, "lastmod": lastmod})))
+            kept.append((key, fingerprints[key], values))
         return kept
 
-    def _prepared(self, keys, fingerprints):
+    def _prepared(self, keys, fingerprints, described):
         """``{key: values}`` of the objects ``keys`` described ahead from the fingerprint they
-        have now (read before the objects)."""
+        have now (read before the objects): in ``described`` (see :func:`described_ahead`), or
+        else kept in the database by :meth:`prepare`."""
         if not keys or not self.source.fingerprint_covers_entry or self.keeping:
             return {}
+        ready = {
+            key: described[key][1] for key in keys
+            if key in described and described[key][0] and described[key][0] == fingerprints.get(key)
+        }
+        keys = [key for key in keys if key not in ready]
+        if not keys:
+            return ready
         # From the database they were written to (a replica may not have them yet).
         entries = PreparedEntry.objects.using(router.db_for_write(PreparedEntry)).filter(resource_set=self.resource_set)
-        prepared = {}
+        prepared = ready
         found = bulk.filter_in(entries, "object_pk", keys).values_list("object_pk", "fingerprint", "values")
         for key, fingerprint, text in found:
             if fingerprint and fingerprints.get(key) == fingerprint:
