@@ -500,8 +500,14 @@ def main():
             turns = [(unchanged, changed, theirs)]
             for turn in range(2, options.repeat + 1):
                 turns.append(another_turn(options, var_dir, cfg, count, turn))
+            if len(turns) > 1:
+                reconciles = [us(ours["phases"]["reconcile"], count) for ours, _changed, _theirs in turns]
+                median = statistics.median(reconciles)
+                print(f"  reconcile with nothing changed, each turn: {', '.join(f'{value:.2f}' for value in reconciles)}"
+                      f" us/resource; median {median:.2f} (target <= {TARGET_RECONCILE_US:.0f}"
+                      f" {verdict(median <= TARGET_RECONCILE_US)})")
             results[count] = (unchanged, changed, theirs)
-            peak = mib(max(result["peak_kib"] for results_of_turn in turns for result in results_of_turn if result))
+            peak = mib(max(result["peak_kib"] for ours, changed_now, _theirs in turns for result in (ours, changed_now)))
             print(f"  our peak RSS {peak:.1f} MB: target < {TARGET_PEAK_MB:.0f} MB {verdict(peak < TARGET_PEAK_MB)}")
             ratio = None
             if theirs:
