@@ -126,10 +126,6 @@ def entry_values(source, obj, known=None, fingerprint=None, read=None):
     return values
 
 
-def _isoformat(moment):
-    return moment and moment.isoformat()
-
-
 def described_ahead(resource_set, objects, fingerprints, *, record_events):
     """``{key: (fingerprint, values)}``: the objects ``objects`` (``{key: obj}``, ``None`` for
     one gone) described before the set's lock is taken, from the ``fingerprints`` read before
@@ -143,14 +139,8 @@ def described_ahead(resource_set, objects, fingerprints, *, record_events):
     writer = SetWriter(resource_set, record_events=False)
     if not writer.source.fingerprint_covers_entry:
         return {}
-    present = [key for key, obj in objects.items() if obj is not None and fingerprints.get(key)]
-    # What tells which are unchanged (a fingerprint of an older form), and the hashes it vouches
-    # for: bytes are not read again where the record's still stand.
-    known = writer._records(present, ("object_pk", "fingerprint", *REPRESENTATION_FIELDS))
-    unchanged = _matching(known, fingerprints)
-    stale = [key for key in present if key not in unchanged]
-    with rendering.batch():
-        described = writer._describe_ahead(stale, objects, known, fingerprints)
+    known, stale = writer._differing([key for key, obj in objects.items() if obj is not None], fingerprints)
+    described = writer._describe_ahead(stale, objects, known, fingerprints)
     return {key: (fingerprint, values) for key, fingerprint, values in described}
 
 
@@ -535,40 +525,46 @@ class SetWriter:
         their fingerprint stays the same. Objects that cannot be described are left for
         :meth:`apply` to report. Returns how many were kept."""
         fingerprints = self.read_fingerprints(keys)  # first, as everywhere
-        # What tells whether the fingerprint changed, and the hashes it vouches for if not.
-        known = self._records(list(fingerprints), ("object_pk", "fingerprint", *REPRESENTATION_FIELDS))
-        unchanged = _matching(known, fingerprints)
-        stale = [key for key in fingerprints if fingerprints[key] and key not in unchanged]
+        known, stale = self._differing(list(fingerprints), fingerprints)
         if not stale:
             return 0
         objects = self.read_objects(stale)
         stale = [key for key in stale if key in objects]
-        with rendering.batch():
-            kept = self._describe_ahead(stale, objects, known, fingerprints)
+        kept = self._describe_ahead(stale, objects, known, fingerprints)
         # COPY on PostgreSQL: each value, the entry's XML among them, goes as it is (an INSERT
         # of the ORM has psycopg escape each one, most of the time of a part).
         now = timezone.now()
-        rows = [
-            (self.resource_set.pk, key, fingerprint, json.dumps({**values, "lastmod": _isoformat(values["lastmod"])}), now)
-            for key, fingerprint, values in kept
-        ]
+        rows = []
+        for key, fingerprint, values in kept:
+            lastmod = values["lastmod"] and values["lastmod"].isoformat()
+            rows.append((self.resource_set.pk, key, fingerprint, json.dumps({**values, "lastmod": lastmod}), now))
         bulk.insert(PreparedEntry, ("resource_set_id", "object_pk", "fingerprint", "values", "created"), rows,
                     router.db_for_write(PreparedEntry))
         return len(kept)
 
+    def _differing(self, keys, fingerprints):
+        """``(known, stale)``: the records of ``keys`` as far as they tell whether the fingerprint
+        changed (an older form of it still matches) and the hashes it vouches for if not, and
+        those of ``keys`` with a fingerprint their record's does not match."""
+        known = self._records(keys, ("object_pk", "fingerprint", *REPRESENTATION_FIELDS))
+        unchanged = _matching(known, fingerprints)
+        return known, [key for key in keys if fingerprints.get(key) and key not in unchanged]
+
     def _describe_ahead(self, stale, objects, known, fingerprints):
-        rendered = self._batch_contents(stale, objects, known, fingerprints)
+        """``[(key, fingerprint, values)]`` of the objects ``stale`` that could be described."""
         kept = []
-        for key in stale:
-            row = known.get(key)
-            try:
-                values = entry_values(self.source, objects[key], row, fingerprints[key],
-                                      self._reader(row, rendered.get(key, NOT_RENDERED)))
-            except DatabaseError:
-                raise
-            except Exception:  # reported when its change is written
-                continue
-            kept.append((key, fingerprints[key], values))
+        with rendering.batch():
+            rendered = self._batch_contents(stale, objects, known, fingerprints)
+            for key in stale:
+                row = known.get(key)
+                try:
+                    values = entry_values(self.source, objects[key], row, fingerprints[key],
+                                          self._reader(row, rendered.get(key, NOT_RENDERED)))
+                except DatabaseError:
+                    raise
+                except Exception:  # reported when its change is written
+                    continue
+                kept.append((key, fingerprints[key], values))
         return kept
 
     def _prepared(self, keys, fingerprints, described):
