@@ -67,11 +67,16 @@ def _lookup_sql(connection):
         f"AND b.{column(build, 'status')} = %s)"
     )
     logged = f"EXISTS (SELECT 1 FROM {quote(changelist.db_table)} c WHERE c.{column(changelist, 'resource_set')} = s.{set_id})"
+    # The URI is looked for in each set's records, a probe of their (set, URI) index a set: a
+    # join would let a database that has not analyzed the tables scan every record instead.
+    listed = (
+        f"EXISTS (SELECT 1 FROM {quote(resource.db_table)} r WHERE r.{column(resource, 'resource_set')} = s.{set_id} "
+        f"AND r.{column(resource, 'uri')} = %s)"
+    )
     return (
         f"SELECT s.{column(resource_set, 'slug')}, s.{column(resource_set, 'capabilities')}, {built}, {logged} "
-        f"FROM {quote(resource.db_table)} r "
-        f"JOIN {quote(resource_set.db_table)} s ON s.{set_id} = r.{column(resource, 'resource_set')} "
-        f"WHERE r.{column(resource, 'uri')} = %s AND s.{column(resource_set, 'enabled')} = %s "
+        f"FROM {quote(resource_set.db_table)} s "
+        f"WHERE {listed} AND s.{column(resource_set, 'enabled')} = %s "
         f"AND s.{column(resource_set, 'access')} <> %s "
         f"ORDER BY s.{column(resource_set, 'position')}, s.{column(resource_set, 'slug')}"
     )
@@ -97,7 +102,7 @@ def _capability_list_uri(slug, base_url, urlconf, script_prefix):
 
 def capability_lists_for(uri):
     """The URIs of the Capability Lists of the enabled sets whose records list ``uri``: one
-    query, on the index of the records' URIs."""
+    query, on the index of each set's records' URIs."""
     if not uri:
         return []
     connection = connections[router.db_for_read(Resource)]

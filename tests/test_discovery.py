@@ -139,6 +139,37 @@ def test_the_lookup_is_one_query_per_response(published):
     assert resourcesync_links(response) == [CAPABILITY_LIST.format("bitstreams")]
 
 
+def test_the_lookup_probes_each_sets_records_by_uri_and_never_reads_them_all(published):
+    """A response waits on the lookup: among many records it must find the URI through the
+    records' (set, URI) index, set by set, even where the database was never told the tables'
+    sizes (SQLite before ``ANALYZE``: a join let it read every record)."""
+    from django.db import connection
+
+    from django_resourcesync.models import Resource
+
+    bitstreams = published[0]
+    Resource.objects.bulk_create([
+        Resource(resource_set=bitstreams, object_pk=f"x{n}", uri=f"http://testserver/many/{n}", entry_xml="<url/>")
+        for n in range(20000)
+    ], batch_size=2000)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"ANALYZE {Resource._meta.db_table}")  # as autovacuum would after such a load
+            cursor.execute("EXPLAIN " + discovery._lookup_sql(connection), [
+                "published", "http://testserver/many/5", True, "token"
+            ])
+        else:
+            cursor.execute("EXPLAIN QUERY PLAN " + discovery._lookup_sql(connection), [
+                "published", "http://testserver/many/5", True, "token"
+            ])
+        plan = "\n".join(str(row[-1]) for row in cursor.fetchall())
+    if connection.vendor == "postgresql":
+        assert "resourcesync_resource_uri" in plan and f"Seq Scan on {Resource._meta.db_table} " not in plan, plan
+    else:
+        assert "SEARCH r USING" in plan and "resource_set_id=? AND uri=?" in plan and "SCAN r" not in plan, plan
+    assert discovery.capability_lists_for("http://testserver/many/5") == [CAPABILITY_LIST.format("bitstreams")]
+
+
 def test_landing_pages_carry_the_html_link_and_it_does_not_depend_on_their_records(published):
     pages = published[2]
     for path in sampled(pages):
