@@ -471,6 +471,14 @@ def read_on_threads(transactional_db, settings, seed, bitstreams, django_capture
     return bitstreams, seen
 
 
+def threads_left():
+    """The threads of a reconcile (its reading threads, its count) still running."""
+    import threading
+
+    names = ("resourcesync-reconcile", "resourcesync-count")
+    return [thread for thread in threading.enumerate() if thread.name.startswith(names)]
+
+
 def change_every_other_file():
     files = list(ItemFile.objects.order_by("pk").values_list("pk", flat=True))[::2]
     ItemFile.objects.filter(pk__in=files).update(media_type="text/csv")
@@ -478,7 +486,6 @@ def change_every_other_file():
 
 
 def test_on_postgresql_a_reconcile_reads_the_differing_rows_on_threads_and_finds_every_change_once(read_on_threads):
-    import threading
 
     bitstreams, seen = read_on_threads
     changed = change_every_other_file()
@@ -489,7 +496,7 @@ def test_on_postgresql_a_reconcile_reads_the_differing_rows_on_threads_and_finds
     assert changed <= set(csv.values_list("object_pk", flat=True))
     names = {name for _bounds, name in seen}
     assert len(seen) >= 3 and len(names) == 2 and all(name.startswith("resourcesync-reconcile") for name in names), seen
-    assert not [thread for thread in threading.enumerate() if thread.name.startswith("resourcesync-reconcile")]
+    assert not threads_left()
     assert tracking.reconcile(bitstreams).updated == 0
 
 
@@ -511,14 +518,13 @@ def test_on_postgresql_a_reading_thread_that_fails_fails_the_reconcile_and_the_n
     monkeypatch.setattr(reconciling, "_in_range", fails_on_the_third)
     with pytest.raises(ConnectionError, match="went away"):
         tracking.reconcile(bitstreams)
-    assert not [thread for thread in threading.enumerate() if thread.name.startswith("resourcesync-reconcile")]
+    assert not threads_left()
     monkeypatch.setattr(reconciling, "_in_range", spy)
     tracking.reconcile(bitstreams)
     assert sorted(key for change, key in events(bitstreams)) == sorted(changed), "each change once"
 
 
 def test_on_postgresql_a_write_that_fails_stops_the_reading_threads(read_on_threads, monkeypatch):
-    import threading
 
     bitstreams, seen = read_on_threads
     change_every_other_file()
@@ -530,7 +536,7 @@ def test_on_postgresql_a_write_that_fails_stops_the_reading_threads(read_on_thre
     with pytest.raises(OSError, match="No space"):
         tracking.reconcile(bitstreams)
     assert {name for _bounds, name in seen} >= {"resourcesync-reconcile_0", "resourcesync-reconcile_1"}, "read on threads"
-    assert not [thread for thread in threading.enumerate() if thread.name.startswith("resourcesync-reconcile")]
+    assert not threads_left()
 
 
 def test_on_postgresql_a_range_of_a_reconcile_in_parts_is_read_by_its_worker_alone(read_on_threads, monkeypatch):

@@ -4,6 +4,7 @@ import logging
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict
 
 from django.db import DataError, connections, models, transaction
@@ -197,47 +198,68 @@ def _reconcile_in_database(resource_set, source, queryset, batch_size, record_ev
     # uses the record's (set, key) index.
     record = Resource.objects.filter(resource_set=resource_set, object_pk=Cast(OuterRef("pk"), models.CharField()))
     annotated = queryset.order_by().annotate(**fingerprints.annotations(expression))
-    total = queryset.count()
-    stale_seen = 0
-    if not files:
-        rows = annotated.filter(~Exists(record.filter(fingerprints.recorded_is(expression))))
+    # Counted beside the reading where it has threads: the count is a pass over the objects.
+    with _counted(queryset, meanwhile=on_threads and _reading_threads(queryset) > 1) as total:
+        stale_seen = 0
+        if not files:
+            rows = annotated.filter(~Exists(record.filter(fingerprints.recorded_is(expression))))
 
-        def found(batch, ahead=False):
-            stale = {str(pk): _stored(digest) for pk, digest in batch}
-            objects = _objects_of(source, queryset, stale, prefetch=ahead)
-            # (Not on a reading thread: Python's lock on the interpreter makes two threads
-            # describing no quicker than one, and the writer's waits on the database longer.)
-            if not describe_first:
-                return stale, objects, {}
-            return stale, objects, described_ahead(resource_set, objects, stale, record_events=record_events)
+            def found(batch, ahead=False):
+                stale = {str(pk): _stored(digest) for pk, digest in batch}
+                objects = _objects_of(source, queryset, stale, prefetch=ahead)
+                # (Not on a reading thread: Python's lock on the interpreter makes two threads
+                # describing no quicker than one, and the writer's waits on the database longer.)
+                if not describe_first:
+                    return stale, objects, {}
+                return stale, objects, described_ahead(resource_set, objects, stale, record_events=record_events)
 
-        rows = rows.values_list("pk", "_rs_fingerprint")
-        for stale, objects, described in _stale_batches(queryset, rows, batch_size, found, on_threads=on_threads):
-            stale_seen += len(stale)
-            _apply_batch(resource_set, objects, record_events, counts, stale, described)
-            if progress:
-                progress("reconcile", stale_seen, total)
-    else:
-        sizes = source.file_sizes()
-        if any(listing.lists_ahead for listing in sizes):
-            # A remote listing is read once, for every name in use (in key order of the
-            # storage, not of the objects: pages of the objects' order would cross the keys).
-            names = list(queryset.order_by().values_list(*files))
-            for index, listing in enumerate(sizes):
-                listing.prepare(row[index] for row in names)
-            del names
-        rows = annotated.annotate(_rs_recorded=Subquery(record.values("fingerprint")[:1]))
-        rows = rows.values_list("pk", "_rs_fingerprint", "_rs_recorded", *files)
-        for stale, seen in _stale_with_sizes(source, rows, sizes, batch_size):
-            stale_seen += len(stale)
-            if stale:
-                _describe_again(resource_set, queryset, stale, record_events, counts, describe_first)
-            if progress:
-                progress("reconcile", seen, total)
-    counts.unchanged += max(0, total - stale_seen)
-    if progress:
-        progress("reconcile", total, total)
-    return total
+            rows = rows.values_list("pk", "_rs_fingerprint")
+            for stale, objects, described in _stale_batches(queryset, rows, batch_size, found, on_threads=on_threads):
+                stale_seen += len(stale)
+                _apply_batch(resource_set, objects, record_events, counts, stale, described)
+                if progress:
+                    progress("reconcile", stale_seen, total())
+        else:
+            sizes = source.file_sizes()
+            if any(listing.lists_ahead for listing in sizes):
+                # A remote listing is read once, for every name in use (in key order of the
+                # storage, not of the objects: pages of the objects' order would cross the keys).
+                names = list(queryset.order_by().values_list(*files))
+                for index, listing in enumerate(sizes):
+                    listing.prepare(row[index] for row in names)
+                del names
+            rows = annotated.annotate(_rs_recorded=Subquery(record.values("fingerprint")[:1]))
+            rows = rows.values_list("pk", "_rs_fingerprint", "_rs_recorded", *files)
+            for stale, seen in _stale_with_sizes(source, rows, sizes, batch_size):
+                stale_seen += len(stale)
+                if stale:
+                    _describe_again(resource_set, queryset, stale, record_events, counts, describe_first)
+                if progress:
+                    progress("reconcile", seen, total())
+        counts.unchanged += max(0, total() - stale_seen)
+        if progress:
+            progress("reconcile", total(), total())
+    return total()
+
+
+@contextmanager
+def _counted(queryset, *, meanwhile):
+    """A callable that gives how many objects ``queryset`` has. With ``meanwhile``, they are
+    counted on a thread (and a connection) of their own while the caller reads and writes, and
+    the callable waits for the count; else they are counted now."""
+    if not meanwhile:
+        total = queryset.count()
+        yield lambda: total
+        return
+
+    def count():
+        try:
+            return queryset.count()
+        finally:
+            connections.close_all()  # this thread's
+
+    with ThreadPoolExecutor(1, thread_name_prefix="resourcesync-count") as pool:
+        yield pool.submit(count).result
 
 
 def _reading_threads(queryset):
