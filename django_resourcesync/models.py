@@ -171,8 +171,8 @@ class Resource(models.Model):
             # A reconcile compares each object's fingerprint with its record's: read from this
             # index alone, not from the rows (a few hundred bytes each, the entry's text among them).
             models.Index(fields=["resource_set", "object_pk", "fingerprint"], name="resourcesync_resource_compared"),
-            # (Discovery finds the sets that list a requested URI on the (set, URI) one, a probe
-            # a set: an index of the URIs alone would be one more for every change to write.)
+            # None of the URIs alone: discovery finds the sets that list a URI on the index of
+            # the (set, URI) constraint, a probe a set; one more index for every change to write.
         ]
         verbose_name = _("resource")
         verbose_name_plural = _("resources")

@@ -145,23 +145,21 @@ def test_the_lookup_probes_each_sets_records_by_uri_and_never_reads_them_all(pub
     sizes (SQLite before ``ANALYZE``: a join let it read every record)."""
     from django.db import connection
 
-    from django_resourcesync.models import Resource
+    from django_resourcesync import access
+    from django_resourcesync.models import Build, Resource
 
     bitstreams = published[0]
     Resource.objects.bulk_create([
         Resource(resource_set=bitstreams, object_pk=f"x{n}", uri=f"http://testserver/many/{n}", entry_xml="<url/>")
         for n in range(20000)
     ], batch_size=2000)
+    params = [Build.Status.PUBLISHED, "http://testserver/many/5", True, access.TOKEN]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(f"ANALYZE {Resource._meta.db_table}")  # as autovacuum would after such a load
-            cursor.execute("EXPLAIN " + discovery._lookup_sql(connection), [
-                "published", "http://testserver/many/5", True, "token"
-            ])
+            cursor.execute("EXPLAIN " + discovery._lookup_sql(connection), params)
         else:
-            cursor.execute("EXPLAIN QUERY PLAN " + discovery._lookup_sql(connection), [
-                "published", "http://testserver/many/5", True, "token"
-            ])
+            cursor.execute("EXPLAIN QUERY PLAN " + discovery._lookup_sql(connection), params)
         plan = "\n".join(str(row[-1]) for row in cursor.fetchall())
     if connection.vendor == "postgresql":
         assert "resourcesync_resource_uri" in plan and f"Seq Scan on {Resource._meta.db_table} " not in plan, plan

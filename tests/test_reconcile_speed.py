@@ -486,7 +486,6 @@ def change_every_other_file():
 
 
 def test_on_postgresql_a_reconcile_reads_the_differing_rows_on_threads_and_finds_every_change_once(read_on_threads):
-
     bitstreams, seen = read_on_threads
     changed = change_every_other_file()
     counts = tracking.reconcile(bitstreams)
@@ -525,7 +524,6 @@ def test_on_postgresql_a_reading_thread_that_fails_fails_the_reconcile_and_the_n
 
 
 def test_on_postgresql_a_write_that_fails_stops_the_reading_threads(read_on_threads, monkeypatch):
-
     bitstreams, seen = read_on_threads
     change_every_other_file()
 
