@@ -437,20 +437,25 @@ def test_the_digested_form_of_a_short_fingerprint_keeps_the_sizes_apart():
     assert digested_form("='a',NULL:") == hashlib.md5(b"'a',NULL").hexdigest() + ":"  # no file
 
 
-# --- A reconcile in one process on PostgreSQL: the differing rows read on threads ------------------
+# --- A reconcile in one process: the differing rows read on threads beside the writing one --------
+
+
+def reading_threads():
+    """The threads that read a reconcile's differing rows in one process, by their names: two on
+    PostgreSQL, one on SQLite (the test database is a file in write-ahead-log mode)."""
+    from django.db import connection
+
+    count = 2 if connection.vendor == "postgresql" else 1
+    return {f"resourcesync-reconcile_{index}" for index in range(count)}
 
 
 @pytest.fixture
 def read_on_threads(transactional_db, settings, seed, bitstreams, django_capture_on_commit_callbacks, monkeypatch):
-    """The files' set recorded, with ranges of 4 keys (several of the 9 files' ranges) and two
+    """The files' set recorded, with ranges of 4 keys (several of the 9 files' ranges) and
     reading threads; returns ``(set, [(range bounds, thread name)])``, what each range was read
-    by. The first two ranges are read at once, on two threads (or the test fails in 30 s)."""
+    by. With two threads, the first two ranges are read at once (or the test fails in 30 s)."""
     import threading
 
-    from django.db import connection
-
-    if connection.vendor != "postgresql":
-        pytest.skip("a reconcile reads on threads on PostgreSQL only; run with TEST_DATABASE_URL")
     settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 4, "BUILD_THREADS": 2}
     bitstreams.capabilities = ALL
     bitstreams.save()
@@ -458,12 +463,13 @@ def read_on_threads(transactional_db, settings, seed, bitstreams, django_capture
         seed(7)  # 9 files
     build(bitstreams)
     seen = []
-    meeting = threading.Barrier(2, timeout=30)
+    together = len(reading_threads())
+    meeting = threading.Barrier(together, timeout=30)
     real = reconciling._in_range
 
     def spy(rows, bounds):
         seen.append((bounds, threading.current_thread().name))
-        if len(seen) <= 2:
+        if len(seen) <= together:
             meeting.wait()
         return real(rows, bounds)
 
@@ -485,7 +491,7 @@ def change_every_other_file():
     return {str(pk) for pk in files}
 
 
-def test_on_postgresql_a_reconcile_reads_the_differing_rows_on_threads_and_finds_every_change_once(read_on_threads):
+def test_a_reconcile_reads_the_differing_rows_on_threads_and_finds_every_change_once(read_on_threads):
     bitstreams, seen = read_on_threads
     changed = change_every_other_file()
     counts = tracking.reconcile(bitstreams)
@@ -493,13 +499,12 @@ def test_on_postgresql_a_reconcile_reads_the_differing_rows_on_threads_and_finds
     assert {key for change, key in events(bitstreams)} == changed, "each change once"
     csv = Resource.objects.filter(resource_set=bitstreams, media_type="text/csv")
     assert changed <= set(csv.values_list("object_pk", flat=True))
-    names = {name for _bounds, name in seen}
-    assert len(seen) >= 3 and len(names) == 2 and all(name.startswith("resourcesync-reconcile") for name in names), seen
+    assert len(seen) >= 3 and {name for _bounds, name in seen} == reading_threads(), seen
     assert not threads_left()
     assert tracking.reconcile(bitstreams).updated == 0
 
 
-def test_on_postgresql_a_reading_thread_that_fails_fails_the_reconcile_and_the_next_one_finds_the_rest(
+def test_a_reading_thread_that_fails_fails_the_reconcile_and_the_next_one_finds_the_rest(
     read_on_threads, monkeypatch
 ):
     import threading
@@ -523,7 +528,7 @@ def test_on_postgresql_a_reading_thread_that_fails_fails_the_reconcile_and_the_n
     assert sorted(key for change, key in events(bitstreams)) == sorted(changed), "each change once"
 
 
-def test_on_postgresql_a_write_that_fails_stops_the_reading_threads(read_on_threads, monkeypatch):
+def test_a_write_that_fails_stops_the_reading_threads(read_on_threads, monkeypatch):
     bitstreams, seen = read_on_threads
     change_every_other_file()
 
@@ -533,11 +538,11 @@ def test_on_postgresql_a_write_that_fails_stops_the_reading_threads(read_on_thre
     monkeypatch.setattr(reconciling, "_apply_batch", broken)
     with pytest.raises(OSError, match="No space"):
         tracking.reconcile(bitstreams)
-    assert {name for _bounds, name in seen} >= {"resourcesync-reconcile_0", "resourcesync-reconcile_1"}, "read on threads"
+    assert {name for _bounds, name in seen} == reading_threads(), "read on threads"
     assert not threads_left()
 
 
-def test_on_postgresql_a_range_of_a_reconcile_in_parts_is_read_by_its_worker_alone(read_on_threads, monkeypatch):
+def test_a_range_of_a_reconcile_in_parts_is_read_by_its_worker_alone(read_on_threads, monkeypatch):
     """The workers share a reconcile's ranges: one range is not cut into ranges for threads again."""
     import threading
 
@@ -553,6 +558,74 @@ def test_on_postgresql_a_range_of_a_reconcile_in_parts_is_read_by_its_worker_alo
     options = {"after": None, "last": None, "record_events": True, "batch_size": 100}
     counts = reconciling._reconcile_range(bitstreams, options, lambda: None)
     assert counts["updated"] == len(changed) and cut == [] and set(read_by) == {"MainThread"}
+
+
+def test_on_sqlite_the_reading_thread_fetches_each_page_of_rows_at_once(read_on_threads, monkeypatch):
+    """One step of the SQLite library a page, not one a row: between rows the reading thread
+    would wait for the interpreter, which the writing thread holds."""
+    import threading
+
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        pytest.skip("pages are fetched at once on SQLite")
+    bitstreams, _seen = read_on_threads
+    fetched_by = []
+    real = reconciling._fetched_at_once
+
+    def spy(page):
+        fetched_by.append(threading.current_thread().name)
+        return real(page)
+
+    monkeypatch.setattr(reconciling, "_fetched_at_once", spy)
+    changed = change_every_other_file()
+    counts = tracking.reconcile(bitstreams)
+    assert counts.updated == len(changed) and set(fetched_by) == {"resourcesync-reconcile_0"}
+    assert {key for change, key in events(bitstreams)} == changed
+
+
+def test_on_sqlite_a_page_fetched_at_once_is_the_page_fetched_row_by_row(seed, bitstreams):
+    """Odd names (quotes, non-ASCII, control characters, a name long enough to be digested),
+    a missing size: the JSON the page travels in gives back the same values, in key order."""
+    from django.db import connection
+
+    from django_resourcesync import fingerprints
+
+    if not reconciling._fetches_at_once(connection.alias):
+        pytest.skip("pages are fetched at once on SQLite")
+    seed(4)
+    odd = ["it's \"quoted\", twice ''", "Ünïcødé ✓ 文件.txt", "tab\there\x01\x7f", "x" * 300]
+    for pk, name in zip(ItemFile.objects.order_by("-pk").values_list("pk", flat=True), odd):
+        ItemFile.objects.filter(pk=pk).update(name=name, size=None)
+    source = bitstreams.get_source()
+    expression, _files = source.fingerprint_expression(connection.alias)
+    rows = source.queryset(bitstreams.lookups).annotate(**fingerprints.annotations(expression))
+    rows = rows.values_list("pk", "_rs_fingerprint").order_by("pk")
+    fetched = reconciling._fetched_at_once(rows[:100])
+    assert fetched == list(rows[:100]) and len(fetched) == ItemFile.objects.count()
+    assert reconciling._fetched_at_once(rows[:3]) == list(rows[:3])
+    assert reconciling._fetched_at_once(rows.filter(pk__lt=0)[:3]) == []
+    assert sum(not fingerprint.startswith("=") for _pk, fingerprint in fetched) == 1, "the long name digested"
+
+
+def test_a_reconcile_reads_in_its_writing_thread_where_a_reader_could_not_go_on_beside_it(
+    transactional_db, settings, monkeypatch
+):
+    from django.db import connection, transaction
+
+    from django_resourcesync import threads
+
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "BUILD_THREADS": 2}
+    assert threads.beside_a_writer("default") == len(reading_threads())
+    with transaction.atomic():
+        assert threads.beside_a_writer("default") == 0, "another connection would not see this transaction's rows"
+    if connection.vendor == "sqlite":
+        # Outside write-ahead-log mode a reader holds up the writer's commits.
+        monkeypatch.setattr(threads, "_journal_mode", lambda connection: "delete")
+        assert threads.beside_a_writer("default") == 0
+        monkeypatch.undo()
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "BUILD_THREADS": 1}
+    assert threads.beside_a_writer("default") == 0
 
 
 @pytest.mark.parametrize("processed", [True, False], ids=["processed", "unprocessed"])

@@ -1,11 +1,13 @@
 """Reconciliation: compare a whole set with the site's data, the safety net every path converges on."""
 
+import json
 import logging
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict
+from operator import itemgetter
 
 from django.db import DataError, connections, models, transaction
 from django.db.models import Case, Exists, OuterRef, Q, Subquery, When
@@ -21,15 +23,15 @@ from .writer import ChangeCounts, SetWriter, _stored, described_ahead, fingerpri
 logger = logging.getLogger(__name__)
 
 
-def _batches(queryset, batch_size):
+def _batches(queryset, batch_size, fetch=list):
     """Yield lists of objects (or of ``values_list`` rows starting with the key) in primary-key
-    order, by keyset pagination."""
+    order, by keyset pagination; ``fetch`` reads a page (see :func:`_fetched_at_once`)."""
     last = None
     while True:
         page = queryset.order_by("pk")
         if last is not None:
             page = page.filter(pk__gt=last)
-        batch = list(page[:batch_size])
+        batch = fetch(page[:batch_size])
         if not batch:
             return
         yield batch
@@ -263,9 +265,10 @@ def _counted(queryset, *, meanwhile):
 
 
 def _reading_threads(queryset):
-    """How many threads read the differing rows of a reconcile in one process (see
-    :func:`~django_resourcesync.threads.available`)."""
-    return threads.available(queryset.db)
+    """How many threads read the differing rows of a reconcile in one process beside the thread
+    that writes them, 0 where that thread reads them itself (see
+    :func:`~django_resourcesync.threads.beside_a_writer`)."""
+    return threads.beside_a_writer(queryset.db)
 
 
 #: What a reading thread puts last (see _stale_batches).
@@ -277,19 +280,21 @@ def _stale_batches(queryset, rows, batch_size, found, on_threads=True):
     key: the objects whose fingerprint differs from their record's), at most ``batch_size`` a
     list: a tuple of dicts by key (those of batches found meanwhile are merged).
 
-    Where the database gains by it (:func:`_reading_threads`), threads read them range of keys
-    by range (as a reconcile in parts cuts them), each on a connection of its own, and call
+    Where the database allows it (:func:`_reading_threads`), threads read them range of keys by
+    range (as a reconcile in parts cuts them), each on a connection of its own, and call
     ``found(batch, ahead=True)`` there (it reads the objects), while the caller writes what
     they found: the database's search, most of a reconcile with little changed, goes on beside
-    the describing of what it found, and on as many cores as there are threads. Else they are
-    read here, one batch at a time (and always without ``on_threads``).
+    the describing of what it found (on PostgreSQL on as many connections as there are threads;
+    on SQLite on one, each page of rows fetched at once: :func:`_fetched_at_once`). Else they
+    are read here, one batch at a time (and always without ``on_threads``).
     """
-    count = _reading_threads(queryset) if on_threads else 1
-    ranges = _key_ranges(queryset, app_settings.MAX_ENTRIES_PER_DOCUMENT) if count > 1 else []
+    count = _reading_threads(queryset) if on_threads else 0
+    ranges = _key_ranges(queryset, app_settings.MAX_ENTRIES_PER_DOCUMENT) if count else []
     if len(ranges) < 2:
         for batch in _batches(rows, batch_size):
             yield found(batch)
         return
+    fetch = _fetched_at_once if _fetches_at_once(queryset.db) else list
     waiting = queue.Queue(maxsize=2 * count)  # what was found waits here: a few batches at most
     stop = threading.Event()
     pending = iter(ranges)
@@ -310,7 +315,7 @@ def _stale_batches(queryset, rows, batch_size, found, on_threads=True):
                     bounds = next(pending, None)
                 if bounds is None:
                     return
-                for batch in _batches(_in_range(rows, bounds), batch_size):
+                for batch in _batches(_in_range(rows, bounds), batch_size, fetch):
                     put(found(batch, ahead=True))
         except BaseException:
             stop.set()  # the others stop too; the error is raised below
@@ -350,6 +355,32 @@ def _stale_batches(queryset, rows, batch_size, found, on_threads=True):
                     pass
     for reader in readers:
         reader.result()  # a reader's error
+
+
+def _fetches_at_once(using):
+    """Whether pages of rows are fetched at once (:func:`_fetched_at_once`) from database
+    ``using``: SQLite with its JSON functions."""
+    connection = connections[using]
+    return connection.vendor == "sqlite" and connection.features.supports_json_field
+
+
+def _fetched_at_once(page):
+    """The rows of ``page`` (a ``values_list`` query of integers and text, the key first) in key
+    order, fetched as one value: SQLite makes them one JSON array. A reading thread then waits for
+    the interpreter once a page, not once a row: SQLite's search between two rows runs in the
+    library, which lets the interpreter go, and each row handed back has to take it again from
+    the thread that writes, which holds it most of the time."""
+    width = len(page._fields)
+    columns = ", ".join(f"_rs_{index}" for index in range(width))
+    sql, params = page.query.sql_with_params()
+    with connections[page.db].cursor() as cursor:
+        cursor.execute(
+            f"WITH _rs_page ({columns}) AS ({sql}) SELECT json_group_array(json_array({columns})) FROM _rs_page",
+            params,
+        )
+        rows = [tuple(row) for row in json.loads(cursor.fetchone()[0])]
+    rows.sort(key=itemgetter(0))  # an aggregate's order is not its input's
+    return rows
 
 
 def _in_range(rows, bounds):
