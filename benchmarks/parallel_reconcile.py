@@ -56,8 +56,8 @@ parallel workers of a query can keep more than one busy), the ratio 1 worker / 2
 against the target (2 workers at least 1.7x as fast as 1), and the checks (updated events =
 objects changed, nothing left in ``SharedPart``). Then, with ``--phases`` (the default), a child
 times the pieces of the reconcile one after the other in process, as the task runs them: pending
-changes, the key-range planning (``_key_ranges``), each range (``_reconcile_range``: its count
-and its comparison), the search for gone records (``_gone_keys``), and the forgetting of
+changes, the key-range planning (``_key_ranges``), each range (``_reconcile_range``: its comparison,
+and the writing of what differs), the search for gone records (``_gone_keys``), and the forgetting of
 left-out objects; from them, the serial part and the ratio two workers could reach (Amdahl: the
 ranges, the job's parts, dealt to two workers as they come; then the set's count, and the gone
 search only where records outnumber objects, in the task's worker). Nothing is asserted.
@@ -300,20 +300,12 @@ def child_phases(cfg, profile=False):
     ranges = timed("plan", module._key_ranges, queryset, app_settings.MAX_ENTRIES_PER_DOCUMENT)
     parts = []
     for bounds in ranges:
-        part = queryset
-        if bounds["after"] is not None:
-            part = part.filter(pk__gt=bounds["after"])
-        if bounds["last"] is not None:
-            part = part.filter(pk__lte=bounds["last"])
-        started = time.perf_counter()
-        part.count()
-        counted = time.perf_counter() - started
         applied = timings["apply"]
         started = time.perf_counter()
         result = module._reconcile_range(
             resource_set, {**bounds, "record_events": True, "batch_size": app_settings.BATCH_SIZE}, lambda: None
         )
-        parts.append({"count": counted, "seconds": time.perf_counter() - started, "updated": result["updated"],
+        parts.append({"seconds": time.perf_counter() - started, "updated": result["updated"],
                       "apply": timings["apply"] - applied})
     gone = timed("gone", lambda: sum(len(keys) for keys in module._gone_keys(resource_set, queryset, app_settings.BATCH_SIZE)))
     timed("left_out", module._forget_gone_left_out, resource_set, queryset)
@@ -586,7 +578,6 @@ def report_variant(title, n, runs, in_process, raw):
 def report_phases(label, phases, measured):
     t, parts = phases["timings"], phases["parts"]
     ranges_total = sum(part["seconds"] for part in parts)
-    counts_total = sum(part["count"] for part in parts)
     locked = sum(part["apply"] for part in parts)
     # After the ranges, the task's worker counts the set, and searches for gone records only
     # where the records outnumber the objects (some were found gone).
@@ -606,7 +597,7 @@ def report_phases(label, phases, measured):
           f"left-out {t['left_out']:.3f} s; the set's count() {t['count']:.2f} s [the URLconf loaded at a fresh worker's first "
           f"describe, under the lock: {t['urlconf']:.2f} s]")
     print(f"  ranges: {ranges_total:.2f} s in all, each {min(p['seconds'] for p in parts):.2f}-"
-          f"{max(p['seconds'] for p in parts):.2f} s; of which their count() {counts_total:.2f} s and "
+          f"{max(p['seconds'] for p in parts):.2f} s; of which "
           f"the batches written under the set's lock {locked:.2f} s ({sum(p['updated'] for p in parts):,} updated)")
     print(f"  serial part (pending + plan + left-out + count, and the gone search if any is gone): {serial:.2f} s = "
           f"{serial / one:.0%} of one worker's work"

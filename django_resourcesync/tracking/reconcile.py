@@ -71,9 +71,12 @@ def reconcile(resource_set, *, batch_size=None, progress=None, in_database=True,
                 resource_set, RECONCILE, parts, parallel=True,
                 progress=progress and (lambda done, planned: progress("reconcile", total * done // planned, total)),
             )
+            differing = shared.pop(DIFFERING, 0)
             counts.add(ChangeCounts(**shared))
-            # Counted once every range has given each of its objects a record (see _none_gone).
+            # Counted once every range has given each of its objects a record (see _none_gone);
+            # the ranges do not count their objects: that was 40% of a range with nothing changed.
             compared = queryset.count()
+            counts.unchanged += max(0, compared - differing)
         else:
             compared = _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress)
     else:
@@ -103,6 +106,10 @@ def _compared_in_database(resource_set, source, queryset):
 
 RECONCILE = "reconcile"
 
+#: What a range of a reconcile in parts gives besides its counts: how many of its objects
+#: differed from their record in the database (the others are unchanged).
+DIFFERING = "differing"
+
 
 @sharing.kind(RECONCILE)
 def _reconcile_range(resource_set, options, beat):
@@ -115,9 +122,9 @@ def _reconcile_range(resource_set, options, beat):
     batch_size = options["batch_size"] or app_settings.BATCH_SIZE
     queryset = _in_range(queryset, options)
     # One range: the workers share the ranges, so it is not cut into ranges for threads again.
-    _reconcile_in_database(resource_set, source, queryset, batch_size, options["record_events"], counts,
-                           lambda *_args: beat(), on_threads=False, describe_first=True)
-    return asdict(counts)
+    differing = _reconcile_in_database(resource_set, source, queryset, batch_size, options["record_events"], counts,
+                                       lambda *_args: beat(), on_threads=False, describe_first=True, counted=False)
+    return {**asdict(counts), DIFFERING: differing}
 
 
 def _none_gone(resource_set, queryset, objects):
@@ -185,10 +192,12 @@ def _lists_ahead(source, using):
 
 
 def _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress, on_threads=True,
-                           describe_first=False):
+                           describe_first=False, counted=True):
     """The fingerprint of each object is made by the database and joined with its record there:
     only the keys of the objects whose fingerprint differs (or that have no record) leave it,
-    and only those objects are built and compared; returns how many objects there were. With
+    and only those objects are built and compared; returns how many objects there were (the
+    others counted unchanged), or without ``counted`` how many differed (the objects are not
+    counted, and ``progress`` is given ``None`` for their number). With
     ``on_threads``, they may be read range by range on threads (see :func:`_stale_batches`). With
     ``describe_first`` (a range of a reconcile in parts, which other workers' ranges wait on),
     each batch is described before the set's lock is taken (:func:`.writer.described_ahead`). Where
@@ -201,7 +210,7 @@ def _reconcile_in_database(resource_set, source, queryset, batch_size, record_ev
     record = Resource.objects.filter(resource_set=resource_set, object_pk=Cast(OuterRef("pk"), models.CharField()))
     annotated = queryset.order_by().annotate(**fingerprints.annotations(expression))
     # Counted beside the reading where it has threads: the count is a pass over the objects.
-    with _counted(queryset, meanwhile=on_threads and _reading_threads(queryset) > 1) as total:
+    with _counted(queryset, meanwhile=on_threads and _reading_threads(queryset) > 1, wanted=counted) as total:
         stale_seen = 0
         if not files:
             rows = annotated.filter(~Exists(record.filter(fingerprints.recorded_is(expression))))
@@ -238,6 +247,8 @@ def _reconcile_in_database(resource_set, source, queryset, batch_size, record_ev
                     _describe_again(resource_set, queryset, stale, record_events, counts, describe_first)
                 if progress:
                     progress("reconcile", seen, total())
+        if not counted:
+            return stale_seen
         counts.unchanged += max(0, total() - stale_seen)
         if progress:
             progress("reconcile", total(), total())
@@ -245,10 +256,13 @@ def _reconcile_in_database(resource_set, source, queryset, batch_size, record_ev
 
 
 @contextmanager
-def _counted(queryset, *, meanwhile):
+def _counted(queryset, *, meanwhile, wanted=True):
     """A callable that gives how many objects ``queryset`` has. With ``meanwhile``, they are
     counted on a thread (and a connection) of their own while the caller reads and writes, and
-    the callable waits for the count; else they are counted now."""
+    the callable waits for the count; else they are counted now. Not ``wanted``: ``None``."""
+    if not wanted:
+        yield lambda: None
+        return
     if not meanwhile:
         total = queryset.count()
         yield lambda: total
