@@ -21,10 +21,10 @@ ANALYZE``, as autovacuum would do after such a load.
 Timed, R times each (``--repeat``), in rounds that alternate which of one and two workers goes
 first, in two variants: **unchanged** (nothing changed since the last reconcile) and **1%
 changed** (before each run, not timed, every hundredth file of the set gets
-``ItemFile.objects.filter(...).update(media_type="application/octet-stream")``, which bypasses
-the signals: a change of the representation, an ``updated`` event each; after the run it is set
-back, the record brought in line by an in-process reconcile and the tables vacuumed, none of it
-timed):
+``ItemFile.objects.filter(...).update(media_type="application/octet-stream")``, or its own
+type again where it has that one (left so by the run before, or by an earlier invocation), which
+bypasses the signals: a change of the representation, an ``updated`` event each; after the run,
+not timed either, the tables are vacuumed):
 
 - **1 worker** and **2 workers**: real ``celery -A example_project worker --pool=solo``
   processes on the Redis broker of ``--broker-url``, started before the run and stopped after it.
@@ -163,10 +163,11 @@ def changed_files(queryset):
 
 
 def child_change(cfg, change):
-    """``change``: "to" gives 1% of the set's files another media type, "back" gives them theirs
-    again (either way not through the model: no signal, as a script or a raw SQL update would;
-    a change of the representation, so an "updated" event each), ``None`` changes nothing.
-    Returns how many changed, and the last event id so far."""
+    """With ``change``, 1% of the set's files get another media type, or theirs again where they
+    have the other one (left so by the run before, or by an earlier invocation with ``--keep``);
+    either way not through the model: no signal, as a script or a raw SQL update would; a change
+    of the representation, so an "updated" event each. Returns how many changed, and the last
+    event id so far."""
     setup_django(cfg)
     from django.db.models import Case, Max, Value, When
 
@@ -179,7 +180,9 @@ def child_change(cfg, change):
         keys = changed_files(queryset).values("pk")
         # The seed's types: text/csv for its .csv files, text/plain for the others.
         original = Case(When(name__endswith=".csv", then=Value("text/csv")), default=Value("text/plain"))
-        changed = ItemFile.objects.filter(pk__in=keys).update(media_type=CHANGED_TYPE if change == "to" else original)
+        files = ItemFile.objects.filter(pk__in=keys)
+        back = files.filter(media_type=CHANGED_TYPE).exists()
+        changed = files.update(media_type=original if back else CHANGED_TYPE)
     return {"changed": changed, "last_event": ChangeEvent.objects.aggregate(last=Max("id"))["last"] or 0}
 
 
@@ -638,15 +641,12 @@ def run(options):
         in_process = {"unchanged": [], "changed": []}
         raw = []
         timeout = max(600, n / 1000)
-        toggled = False  # whether the 1% have the other media type now
 
         def step(variant, label, measure):
             """Change the 1% (the "changed" variant: to the other type or back), wait for a quiet
             machine, ``measure()``, then check (and vacuum after a change)."""
-            nonlocal toggled
-            change = ("back" if toggled else "to") if variant == "changed" else None
+            change = variant == "changed"
             state = run_child("change", var_dir, local, change)
-            toggled ^= bool(change)
             waited, load = wait_for_quiet(options.max_load, options.run_wait, use_loadavg=False)
             progress(f"{label}, {variant} (load {load:.2f})")
             result = measure()
@@ -680,9 +680,8 @@ def run(options):
         if options.phases:
             for variant in ("unchanged", "changed"):
                 progress(f"phases, {variant}")
-                change = ("back" if toggled else "to") if variant == "changed" else None
+                change = variant == "changed"
                 state = run_child("change", var_dir, local, change)
-                toggled ^= bool(change)
                 phases[variant] = run_child("phases", var_dir, local, options.profile)
                 phases[variant]["changed"] = state["changed"]
                 run_child("check", var_dir, local, state["last_event"], bool(change))

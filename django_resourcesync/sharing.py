@@ -60,10 +60,11 @@ def _holder():
     return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def run(resource_set, name, options, *, parallel, progress=None, wait=0.2):
+def run(resource_set, name, options, *, parallel, progress=None, wait=0.2, meanwhile=None):
     """Do the job ``name`` whose parts are ``options`` (one dict each) over ``resource_set``;
     returns the parts' results summed. With ``parallel``, the parts are offered to the workers
-    as well; otherwise they are done here, one after the other, without a row recorded."""
+    as well; otherwise they are done here, one after the other, without a row recorded.
+    ``meanwhile`` is as for :func:`join` (never called without ``parallel``)."""
     work = _KINDS[name]
     if not parallel or len(options) < 2:
         total = Counter()
@@ -72,7 +73,7 @@ def run(resource_set, name, options, *, parallel, progress=None, wait=0.2):
         return dict(total)
     job = offer(resource_set, name, options, helpers=len(options) - 1)
     try:
-        return join(job, progress=progress, wait=wait)
+        return join(job, progress=progress, wait=wait, meanwhile=meanwhile)
     finally:
         end(job)
 
@@ -117,11 +118,19 @@ def end(job):
     SharedPart.objects.filter(job=job).delete()
 
 
-def join(job, *, progress=None, wait=0.2):
+def join(job, *, progress=None, wait=0.2, meanwhile=None):
     """Take parts of ``job`` until none is free, then wait for those others hold (taking back
     any whose holder went silent) until every part is done; returns the results summed (``{}``
-    if the job is over meanwhile). Raises :class:`JobFailed` if a part failed."""
+    if the job is over meanwhile). Raises :class:`JobFailed` if a part failed.
+
+    ``meanwhile``, a callable, is called once, the first time every part left is held by
+    others: the job's own work that needs no part (the caller does it after the job where it
+    was not called: the parts were all done here, or none was left for others). It is looked
+    again often at first, then less (at most every ``wait`` seconds): the last part another
+    worker holds usually ends soon, and every moment this process sleeps past its end is
+    added to the job."""
     holder = _holder()
+    waiting_since = None
     while True:
         take_parts(job, holder)
         parts = list(SharedPart.objects.filter(job=job).values("kind", "resource_set__slug", "done", "error", "result"))
@@ -135,7 +144,14 @@ def join(job, *, progress=None, wait=0.2):
             for part in parts:
                 total.update(part["result"])
             return dict(total)
-        time.sleep(wait)  # parts other workers hold; one whose worker died is taken back above
+        # Parts other workers hold; one whose worker died is taken back above.
+        if meanwhile is not None:
+            meanwhile()
+            meanwhile = None
+            continue  # the others may be done by now
+        now = time.monotonic()
+        waiting_since = waiting_since or now
+        time.sleep(min(wait, 0.01 + (now - waiting_since) / 20))
 
 
 def running(resource_set, name):

@@ -219,16 +219,22 @@ def _noted_part(resource_set, options, beat):
     return {"done": 1}
 
 
+def three_noted_parts_the_first_held(resource_set):
+    """A job of three "test-noted" parts, the first held by a helper that is alive."""
+    DONE_HERE.clear()
+    job = "w" * 32
+    SharedPart.objects.bulk_create([SharedPart(job=job, kind="test-noted", resource_set=resource_set, number=number,
+                                               options={"n": number}) for number in (1, 2, 3)])
+    SharedPart.objects.filter(job=job, number=1).update(holder="helper:1:x", heartbeat=timezone.now(), attempts=1)
+    return job
+
+
 @pytest.mark.django_db
 def test_waiting_for_parts_another_worker_holds_it_does_the_free_ones_meanwhile(seed, metadata, monkeypatch):
     # The process writing changes needs part 1, which a helper holds: rather than sit idle, it
     # does the free parts (the helper would do them next), one at a time, looking again after each.
     seed(1)
-    DONE_HERE.clear()
-    job = "w" * 32
-    SharedPart.objects.bulk_create([SharedPart(job=job, kind="test-noted", resource_set=metadata, number=number,
-                                               options={"n": number}) for number in (1, 2, 3)])
-    SharedPart.objects.filter(job=job, number=1).update(holder="helper:1:x", heartbeat=timezone.now(), attempts=1)
+    job = three_noted_parts_the_first_held(metadata)
     looked = []
 
     def helper_finishes(seconds):  # the wait between looks: the helper is done with part 1 by then
@@ -239,6 +245,85 @@ def test_waiting_for_parts_another_worker_holds_it_does_the_free_ones_meanwhile(
     assert sharing.ready(job, [1]) == []
     assert DONE_HERE == [2, 3] and looked == [[2, 3]]
     assert all(SharedPart.objects.filter(job=job).values_list("done", flat=True))
+
+
+class FakeClock:
+    """``sharing.time`` for a test: sleeping moves the clock on, and ``on_sleep(now)`` is told."""
+
+    def __init__(self, on_sleep):
+        self.now, self.pauses, self.on_sleep = 0.0, [], on_sleep
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.pauses.append(seconds)
+        self.now += seconds
+        self.on_sleep(self.now)
+
+
+@pytest.mark.django_db
+def test_the_job_does_its_own_work_while_a_helper_holds_the_last_part_and_looks_again_soon(seed, metadata, monkeypatch):
+    # The job's process has done the free parts and a helper holds the last one: it does its own
+    # remaining work then, once, and looks for the helper's part often at first (each moment it
+    # sleeps past that part's end is added to the job), later less often, at most `wait` apart.
+    seed(1)
+    job = three_noted_parts_the_first_held(metadata)
+    happened = []
+
+    def helper_works(now):
+        if now > 10:
+            SharedPart.objects.filter(job=job, number=1).update(done=timezone.now(), result={"done": 1})
+
+    clock = FakeClock(helper_works)
+    monkeypatch.setattr(sharing, "time", clock)
+    total = sharing.join(job, wait=0.2, meanwhile=lambda: happened.append((list(DONE_HERE), len(clock.pauses))))
+    assert total == {"done": 3} and DONE_HERE == [2, 3]
+    assert happened == [([2, 3], 0)], "once, after the free parts, before any sleep"
+    assert clock.pauses[0] <= 0.02
+    assert clock.pauses == sorted(clock.pauses) and max(clock.pauses) == pytest.approx(0.2)
+    assert 10 < clock.now < 10.2, "the helper's part found done at the first look after it ended"
+
+
+@pytest.mark.django_db
+def test_a_reconcile_in_parts_counts_the_set_while_a_helper_compares_its_last_range(seed, small_parts, metadata, monkeypatch):
+    seed(10)
+    tracking.reconcile(metadata)
+    changed = changed_behind_the_signals(3)
+    hidden = Item.objects.order_by("pk").last()
+    Item.objects.filter(pk=hidden.pk).update(is_public=False)  # no signal: its record is gone
+    helper = "helper:1:x"
+    real_offer = sharing.offer
+
+    def offer(resource_set, name, options, *, helpers):  # a helper takes the last range at once
+        job = real_offer(resource_set, name, options, helpers=0)
+        last = SharedPart.objects.filter(job=job).order_by("number").last()
+        SharedPart.objects.filter(pk=last.pk).update(holder=helper, heartbeat=timezone.now(), attempts=1)
+        return job
+
+    counted_while_held = []
+    real_count = reconciling.models.QuerySet.count
+
+    def count(queryset):
+        if queryset.model is Item:
+            counted_while_held.append(SharedPart.objects.filter(holder=helper, done__isnull=True).exists())
+        return real_count(queryset)
+
+    def helper_compares(now):
+        job = SharedPart.objects.filter(holder=helper).values_list("job", flat=True).first()
+        if job:
+            SharedPart.objects.filter(job=job, holder=helper).update(holder="")
+            assert sharing.take_parts(job, helper) == 1
+
+    monkeypatch.setattr(sharing, "offer", offer)
+    monkeypatch.setattr(sharing, "time", FakeClock(helper_compares))
+    monkeypatch.setattr(reconciling.models.QuerySet, "count", count)
+    counts = tracking.reconcile(metadata, parallel=True)
+    assert counted_while_held == [True], "the set counted once, while the helper held its range"
+    assert (counts.updated, counts.deleted, counts.unchanged, counts.created) == (3, 1, 6, 0)
+    assert updated_keys(metadata) == sorted(changed)
+    assert not Resource.objects.filter(resource_set=metadata, object_pk=str(hidden.pk)).exists()
+    assert not SharedPart.objects.exists()
 
 
 @pytest.mark.django_db

@@ -67,15 +67,19 @@ def reconcile(resource_set, *, batch_size=None, progress=None, in_database=True,
             options = {"record_events": record_events, "batch_size": batch_size}
             parts = [{**bounds, **options} for bounds in ranges]
             total = queryset.count() if progress else 0
+            counted = []
             shared = sharing.run(
                 resource_set, RECONCILE, parts, parallel=True,
                 progress=progress and (lambda done, planned: progress("reconcile", total * done // planned, total)),
+                # The set is counted once (for _none_gone), while the last ranges are with other
+                # workers: the ranges do not count their objects (each count joins all of its
+                # objects, where the comparison joins only those that differ: 40% of a range
+                # with nothing changed), and a count after them would be the job's serial part.
+                meanwhile=lambda: counted.append(queryset.count()),
             )
             differing = shared.pop(DIFFERING, 0)
             counts.add(ChangeCounts(**shared))
-            # Counted once every range has given each of its objects a record (see _none_gone);
-            # the ranges do not count their objects: that was 40% of a range with nothing changed.
-            compared = queryset.count()
+            compared = counted[0] if counted else queryset.count()
             counts.unchanged += max(0, compared - differing)
         else:
             compared = _reconcile_in_database(resource_set, source, queryset, batch_size, record_events, counts, progress)
@@ -136,7 +140,9 @@ def _none_gone(resource_set, queryset, objects):
 
     The count holds whatever changed meanwhile through the signals (an object and its record
     come and go together); only an object deleted without a signal while another is created
-    with one could balance it, and the next reconcile finds that record. ``objects`` is
+    with one could balance it, and the next reconcile finds that record (as it does where a
+    reconcile in parts counted the objects while others compared its last ranges, and an object
+    came or went without a signal meanwhile). ``objects`` is
     ``None`` where no comparison in the database counted them; a query that may give an object
     twice (a join along a to-many relation) counts rows, not objects, and is not trusted."""
     if objects is None or not _one_row_per_object(queryset):
