@@ -59,8 +59,9 @@ times the pieces of the reconcile one after the other in process, as the task ru
 changes, the key-range planning (``_key_ranges``), each range (``_reconcile_range``: its comparison,
 and the writing of what differs), the search for gone records (``_gone_keys``), and the forgetting of
 left-out objects; from them, the serial part and the ratio two workers could reach (Amdahl: the
-ranges, the job's parts, dealt to two workers as they come; then the set's count, and the gone
-search only where records outnumber objects, in the task's worker). Nothing is asserted.
+ranges, the job's parts, dealt to two workers as they come; the set's count, in the task's worker
+once it has no range left, beside the other worker's last one (after the ranges with one worker);
+then the gone search only where records outnumber objects). Nothing is asserted.
 """
 
 import argparse
@@ -582,8 +583,9 @@ def report_phases(label, phases, measured):
     t, parts = phases["timings"], phases["parts"]
     ranges_total = sum(part["seconds"] for part in parts)
     locked = sum(part["apply"] for part in parts)
-    # After the ranges, the task's worker counts the set, and searches for gone records only
-    # where the records outnumber the objects (some were found gone).
+    # The task's worker counts the set once no range is left that it could take: with one
+    # worker after the ranges, with two beside the other's last range. It searches for gone
+    # records only where the records outnumber the objects (some were found gone).
     searched = t["gone"] if phases["gone"] else 0.0
     serial = t["pending"] + t["plan"] + t["left_out"] + t["count"] + searched
     # Two workers: the ranges dealt as they come to whichever is free first (the owner starts
@@ -592,7 +594,8 @@ def report_phases(label, phases, measured):
     loads = [0.0, 0.0]
     for seconds in (part["seconds"] for part in parts):
         loads[loads.index(min(loads))] += seconds
-    one, two = serial + ranges_total, serial + max(max(loads), locked)
+    one = serial + ranges_total
+    two = serial - t["count"] + max(max(loads), min(loads) + t["count"], locked)
     print(f"Where the time goes, {label}: the pieces timed one after the other in process "
           f"({phases['ranges']} ranges of up to {phases['range_size']:,}, the last open above):")
     print(f"  pending changes {t['pending']:.2f} s; plan (_key_ranges) {t['plan']:.2f} s; "
@@ -602,7 +605,8 @@ def report_phases(label, phases, measured):
     print(f"  ranges: {ranges_total:.2f} s in all, each {min(p['seconds'] for p in parts):.2f}-"
           f"{max(p['seconds'] for p in parts):.2f} s; of which "
           f"the batches written under the set's lock {locked:.2f} s ({sum(p['updated'] for p in parts):,} updated)")
-    print(f"  serial part (pending + plan + left-out + count, and the gone search if any is gone): {serial:.2f} s = "
+    print(f"  serial part (pending + plan + left-out + count, and the gone search if any is gone; with two workers "
+          f"the count goes beside the other's last range): {serial:.2f} s = "
           f"{serial / one:.0%} of one worker's work"
           + (f"; under the set's lock, serial across workers: {locked:.2f} s = {locked / one:.0%}" if locked else ""))
     print(f"  predicted: 1 worker {one:.2f} s, 2 workers {two:.2f} s -> {one / two:.2f}x "
