@@ -12,7 +12,8 @@ for each step: give a throwaway name):
 
 - **add_items**: ``seed_repository``'s ``add_items(N, file_size=..., track=False)``, what the
   command does before it tells change tracking: items and files inserted as rows of values
-  (``bulk.insert``), each file's bytes written into the media folder;
+  (``bulk.insert``), each file's bytes written into the media folder (``write_files``: a batch's
+  files on a few threads);
 - **bulk_create**: the same items and files, with the same bytes written the same way, inserted
   through the ORM's ``bulk_create()`` (model instances, the keys returned), the way the command
   inserted them before;
@@ -63,7 +64,7 @@ def orm_add_items(count, *, file_size, batch_size=2000, track=False):
         COLLECTIONS,
         files_for,
         title_for,
-        write_file,
+        write_files,
     )
     from example_project.repository.models import Collection, Item, ItemFile, item_file_path
 
@@ -79,13 +80,14 @@ def orm_add_items(count, *, file_size, batch_size=2000, track=False):
                      abstract=f"Abstract of item {n}.", is_public=True)
                 for n in numbers
             )
-            rows = []
+            rows, files = [], []
             for n, item in zip(numbers, created):
                 folder = item_file_path(ItemFile(item_id=item.pk), "")
                 for name, media_type, data in files_for(n, file_size):
-                    row = ItemFile(item=item, name=name, media_type=media_type, size=len(data))
-                    row.file.name = write_file(field.storage, folder + field.storage.get_valid_name(name), data)
-                    rows.append(row)
+                    rows.append(ItemFile(item=item, name=name, media_type=media_type, size=len(data)))
+                    files.append((folder + field.storage.get_valid_name(name), data))
+            for row, stored in zip(rows, write_files(field.storage, files)):
+                row.file.name = stored
             ItemFile.objects.bulk_create(rows)
         item_pks += [item.pk for item in created]
         file_pks += [row.pk for row in rows]
@@ -94,16 +96,16 @@ def orm_add_items(count, *, file_size, batch_size=2000, track=False):
 
 def files_alone(count, *, file_size, track=False):
     """The floor the disk sets: the same folders and files written the same way, no database."""
-    from example_project.repository.management.commands.seed_repository import files_for, write_file
+    from example_project.repository.management.commands.seed_repository import files_for, write_files
     from example_project.repository.models import ItemFile
 
     storage = ItemFile._meta.get_field("file").storage
-    files = 0
-    for n in range(11, 11 + count):
-        for name, _media_type, data in files_for(n, file_size):
-            write_file(storage, f"items/{n}/" + storage.get_valid_name(name), data)
-            files += 1
-    return range(count), range(files)
+    written = 0
+    for start in range(11, 11 + count, 2000):  # add_items' batches
+        files = [(f"items/{n}/" + storage.get_valid_name(name), data)
+                 for n in range(start, min(start + 2000, 11 + count)) for name, _media_type, data in files_for(n, file_size)]
+        written += len(write_files(storage, files))
+    return range(count), range(written)
 
 
 CHILDREN = {"seed": child_seed}

@@ -84,6 +84,24 @@ def test_seed_repository_adds_items_deterministically(db, capsys):
         assert f.created and f.modified and f.media_type in ("text/plain", "text/csv")
 
 
+def test_seeding_writes_files_on_threads_in_order_and_keeps_what_is_there(tmp_path):
+    from django.core.files.storage import FileSystemStorage
+
+    from example_project.repository.management.commands.seed_repository import write_files
+
+    storage = FileSystemStorage(location=tmp_path)
+    (tmp_path / "items" / "7").mkdir(parents=True)
+    (tmp_path / "items" / "7" / "item-7.txt").write_bytes(b"left by an earlier item")
+    files = [(f"items/{n}/item-{n}.txt", f"bytes of {n}".encode()) for n in range(1, 41)]
+    names = write_files(storage, files)
+    # In order, each under its own name but the one already taken, which the storage renames.
+    assert names[:6] + names[7:] == [name for name, _data in files[:6] + files[7:]]
+    assert names[6] != "items/7/item-7.txt" and names[6].startswith("items/7/item-7")
+    for name, (_asked, data) in zip(names, files):
+        assert storage.open(name).read() == data
+    assert (tmp_path / "items" / "7" / "item-7.txt").read_bytes() == b"left by an earlier item"
+
+
 def test_rebuild_only_dumps_shows_bytes_and_files(seed, bitstreams, capsys):
     bitstreams.capabilities = ["resourcelist", "changelist", "resourcedump", "changedump"]
     bitstreams.save()

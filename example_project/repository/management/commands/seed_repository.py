@@ -2,6 +2,7 @@
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 from django.core.files.base import ContentFile
@@ -40,11 +41,10 @@ def add_items(count, *, file_size, batch_size=2000, track=True, progress=None):
     Item numbers continue from the number of items there are, whatever their keys, so item n
     always gets the same title and bytes. Items and files are inserted in bulk, a batch a
     transaction, as rows of values (no model instances: ``bulk.insert``, ``COPY`` on
-    PostgreSQL); the files' bytes are written straight into a local storage's folder (one
-    ``mkdir`` an item and one ``open`` a file, no check of the name first), or through the
-    storage where it is remote, and their sizes recorded on the rows (as ``ItemFile.save()``
-    would). ``track`` tells change tracking what was added, once, at the end, through the bulk
-    API (rows inserted so send no signal); ``progress(done)`` is called after each batch.
+    PostgreSQL); the files' bytes are written by :func:`write_files`, and their sizes recorded
+    on the rows (as ``ItemFile.save()`` would). ``track`` tells change tracking what was added,
+    once, at the end, through the bulk API (rows inserted so send no signal); ``progress(done)``
+    is called after each batch.
     """
     collections = [Collection.objects.get_or_create(slug=slug, defaults={"name": name})[0] for slug, name in COLLECTIONS]
     using = router.db_for_write(Item)
@@ -62,12 +62,13 @@ def add_items(count, *, file_size, batch_size=2000, track=True, progress=None):
                 for n, title in zip(numbers, titles)
             ], using)
             created = _added_since(Item.objects.using(using), before, "title", titles)
-            rows = []
-            for n, pk in zip(numbers, created):
-                folder = item_file_path(_ItemStub(pk), "")
-                for name, media_type, data in files_for(n, file_size):
-                    stored = write_file(storage, folder + storage.get_valid_name(name), data)
-                    rows.append((pk, name, stored, media_type, len(data), now, now))
+            files = [
+                (pk, name, media_type, data, item_file_path(_ItemStub(pk), "") + storage.get_valid_name(name))
+                for n, pk in zip(numbers, created) for name, media_type, data in files_for(n, file_size)
+            ]
+            stored = write_files(storage, [(path, data) for _pk, _name, _type, data, path in files])
+            rows = [(pk, name, path, media_type, len(data), now, now)
+                    for (pk, name, media_type, data, _path), path in zip(files, stored)]
             before = _last_key(ItemFile.objects.using(using))
             bulk.insert(ItemFile, FILE_FIELDS, rows, using)
             added = _added_since(ItemFile.objects.using(using), before, "file", [row[2] for row in rows])
@@ -110,6 +111,17 @@ class _ItemStub:
 
     def __init__(self, item_id):
         self.item_id = item_id
+
+
+def write_files(storage, files):
+    """Write each ``(name, bytes)`` of ``files`` with :func:`write_file`, on a few threads;
+    returns the names they have, in order. Creating a file is the kernel's work (or a remote
+    storage's round trip), done outside the interpreter's lock: the threads overlap it."""
+    with ThreadPoolExecutor(max_workers=FILE_WRITERS) as writers:
+        return list(writers.map(lambda file: write_file(storage, *file), files))
+
+
+FILE_WRITERS = min(8, max(2, os.cpu_count() or 1))
 
 
 def write_file(storage, name, data):
