@@ -100,10 +100,10 @@ def files_alone(count, *, file_size, track=False):
     from example_project.repository.models import ItemFile
 
     storage = ItemFile._meta.get_field("file").storage
-    written = 0
-    for start in range(11, 11 + count, 2000):  # add_items' batches
+    written, batch, end = 0, 2000, 11 + count  # add_items' batches
+    for start in range(11, end, batch):
         files = [(f"items/{n}/" + storage.get_valid_name(name), data)
-                 for n in range(start, min(start + 2000, 11 + count)) for name, _media_type, data in files_for(n, file_size)]
+                 for n in range(start, min(start + batch, end)) for name, _media_type, data in files_for(n, file_size)]
         written += len(write_files(storage, files))
     return range(count), range(written)
 

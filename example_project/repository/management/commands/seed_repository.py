@@ -62,13 +62,14 @@ def add_items(count, *, file_size, batch_size=2000, track=True, progress=None):
                 for n, title in zip(numbers, titles)
             ], using)
             created = _added_since(Item.objects.using(using), before, "title", titles)
-            files = [
-                (pk, name, media_type, data, item_file_path(_ItemStub(pk), "") + storage.get_valid_name(name))
-                for n, pk in zip(numbers, created) for name, media_type, data in files_for(n, file_size)
-            ]
-            stored = write_files(storage, [(path, data) for _pk, _name, _type, data, path in files])
-            rows = [(pk, name, path, media_type, len(data), now, now)
-                    for (pk, name, media_type, data, _path), path in zip(files, stored)]
+            described, files = [], []
+            for n, pk in zip(numbers, created):
+                folder = item_file_path(_ItemStub(pk), "")
+                for name, media_type, data in files_for(n, file_size):
+                    described.append((pk, name, media_type, len(data)))
+                    files.append((folder + storage.get_valid_name(name), data))
+            rows = [(pk, name, stored, media_type, size, now, now)
+                    for (pk, name, media_type, size), stored in zip(described, write_files(storage, files))]
             before = _last_key(ItemFile.objects.using(using))
             bulk.insert(ItemFile, FILE_FIELDS, rows, using)
             added = _added_since(ItemFile.objects.using(using), before, "file", [row[2] for row in rows])
@@ -113,15 +114,15 @@ class _ItemStub:
         self.item_id = item_id
 
 
+FILE_WRITERS = min(8, max(2, os.cpu_count() or 1))
+
+
 def write_files(storage, files):
     """Write each ``(name, bytes)`` of ``files`` with :func:`write_file`, on a few threads;
     returns the names they have, in order. Creating a file is the kernel's work (or a remote
     storage's round trip), done outside the interpreter's lock: the threads overlap it."""
     with ThreadPoolExecutor(max_workers=FILE_WRITERS) as writers:
         return list(writers.map(lambda file: write_file(storage, *file), files))
-
-
-FILE_WRITERS = min(8, max(2, os.cpu_count() or 1))
 
 
 def write_file(storage, name, data):
