@@ -291,6 +291,20 @@ def test_the_hub_takes_posts_only_and_is_off_with_an_external_hub(client, db, se
     settings.RESOURCESYNC = {**settings.RESOURCESYNC, "HUB_URL": "https://hub.example.net/"}
     response = client.post("/resourcesync/hub", {"hub.mode": "subscribe"})
     assert response.status_code == 404 and b"https://hub.example.net/" in response.content
+    opened = client.get("/resourcesync/hub")
+    assert opened.status_code == 405 and "https://hub.example.net/" in opened.content.decode()
+
+
+@pytest.mark.parametrize("method", ["get", "head", "put"])
+def test_a_browser_opening_the_hub_is_told_what_it_is_and_where_to_start(client, db, method):
+    response = getattr(client, method)("/resourcesync/hub")
+    assert response.status_code == 405 and response["Allow"] == "POST"
+    if method == "head":
+        return
+    assert response["Content-Type"].startswith("text/plain")
+    text = response.content.decode()
+    assert "WebSub hub" in text and "POST" in text
+    assert "Source Description, http://testserver/.well-known/resourcesync" in text
 
 
 def test_a_subscription_whose_callback_does_not_confirm_is_not_made(hub_source, seed, subscriber):

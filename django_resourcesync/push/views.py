@@ -2,9 +2,8 @@
 
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
-from .. import access
+from .. import access, uris
 from ..conf import app_settings
 from .hub import BadRequest, parse_request, set_of_topic, subscribe_later
 
@@ -13,11 +12,25 @@ def _text(message, status):
     return HttpResponse(message + "\n", status=status, content_type="text/plain; charset=utf-8")
 
 
+def _not_allowed():
+    """A 405 that tells a person who opened the hub in a browser what it is and where to start."""
+    if app_settings.HUB_URL:
+        what = f"This Source's WebSub hub is {app_settings.HUB_URL}: subscription requests go there.\n"
+    else:
+        what = ("This is the WebSub hub of a ResourceSync Source. It takes subscription requests "
+                "(hub.mode, hub.topic, hub.callback), POSTed as a form; it has no page to read.\n")
+    start = f"What the Source publishes, and the topics to subscribe to: its Source Description, {uris.source_description_uri()}"
+    response = _text(what + start, 405)
+    response["Allow"] = "POST"
+    return response
+
+
 @csrf_exempt  # subscribers are other sites
-@require_POST
 def hub(request):
     """Take a subscription request: 202 once it is checked (its intent is verified next), or a
-    4xx with the reason."""
+    4xx with the reason. Any other method than POST: a 405 saying what the hub is."""
+    if request.method != "POST":
+        return _not_allowed()
     if app_settings.HUB_URL:
         return _text(f"This Source's hub is {app_settings.HUB_URL}", 404)
     token = None
