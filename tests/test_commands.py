@@ -1,8 +1,11 @@
+import io
+
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_resourcesync.models import Build, ResourceSet
+from django_resourcesync.progress import ProgressBar
 
 from .conftest import demo_set
 
@@ -147,3 +150,32 @@ def test_one_build_of_a_set_at_a_time_and_dead_locks_expire(seed, metadata, caps
     )
     (build,) = rebuild_set(metadata, only=["resourcelist"])
     assert build.status == Build.Status.PUBLISHED and not BuildLock.objects.exists()
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("stream", [io.StringIO, Terminal], ids=["no-terminal", "terminal"])
+def test_the_progress_bar_shows_a_phases_last_line_once_then_a_newline(stream):
+    out = stream()
+    bar = ProgressBar(out, interval=0)
+    bar("resourcelist", 5, 10)
+    bar("resourcelist", 10, 10)
+    bar("resourcelist", 10, 10)  # told again (a build's last part, then the build)
+    bar.end()
+    bar.end()
+    shown = out.getvalue()
+    assert shown.count("10/10") == 1 and shown.endswith("10/10\n"), repr(shown)
+    if stream is io.StringIO:  # a log file or a pipe: whole lines, nothing drawn in place
+        assert "\r" not in shown and shown.splitlines()[-1].startswith("resourcelist   [#####")
+
+
+def test_rebuild_without_a_terminal_writes_each_phase_once_on_a_line_of_its_own(seed, bitstreams, metadata):
+    seed(5)
+    out, err = io.StringIO(), io.StringIO()
+    call_command("resourcesync_rebuild", "--set", "metadata", stdout=out, stderr=err)
+    lines = err.getvalue().split("\n")
+    assert "\r" not in err.getvalue() and lines[-1] == "", repr(err.getvalue())
+    assert [line.split()[0] for line in lines[:-1]] == ["reconcile", "resourcelist"], lines

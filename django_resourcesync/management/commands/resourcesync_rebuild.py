@@ -52,20 +52,21 @@ class Command(BaseCommand):
             if not resource_set.capabilities:
                 self.stderr.write(f"{resource_set.slug}: no capability is enabled for this set; nothing to build.")
                 continue
+            problem = None
             try:
                 done = rebuild_set(resource_set, only=only, progress=progress, batch_size=batch_size)
             except NotRegistered:
-                failed.append(resource_set.slug)
-                self.stderr.write(f"{resource_set.slug}: the source {resource_set.source!r} is not registered; skipped.")
-                continue
+                problem = f"the source {resource_set.source!r} is not registered; skipped."
             except Exception as exc:  # recorded as a failed build; the published documents stay
-                failed.append(resource_set.slug)
+                problem = f"build failed: {exc}"
                 reasons.append(f"{resource_set.slug}: {type(exc).__name__}: {exc}")
-                self.stderr.write(f"{resource_set.slug}: build failed: {exc}")
-                continue
             finally:
-                if progress:
+                if progress:  # the bar's last line ended before anything else is written
                     progress.end()
+            if problem:
+                failed.append(resource_set.slug)
+                self.stderr.write(f"{resource_set.slug}: {problem}")
+                continue
             builds += done
             if verbosity >= 2:
                 for build in done:
