@@ -230,9 +230,13 @@ def check_sets(app_configs=None, databases=None, **kwargs):
                 )
             )
             continue
+        if resource_set.source in registry.failures:
+            continue  # E029 names the source and its failure
         try:
             resource_set.get_source().queryset(resource_set.lookups).exists()
-        except (FieldError, ValueError, TypeError, ImproperlyConfigured) as exc:
+        except DatabaseError:
+            raise  # the database itself: Django's own checks say so
+        except Exception as exc:
             errors.append(
                 Warning(
                     f"Resource set {resource_set.slug!r} has a filter its source rejects: {exc}",
@@ -355,6 +359,15 @@ def check_sources(app_configs=None, **kwargs):
         )
         for module, exc in source_module_errors
     ]
+    errors += [
+        Error(
+            f"Source {name!r} cannot say what it publishes: {type(exc).__name__}: {exc}",
+            hint="Fix the source's items() (or set `model` on it, which is then used without calling items()). "
+            "Its sets are left unpublished meanwhile; the other sets publish as usual.",
+            id="resourcesync.E029",
+        )
+        for name, exc in sorted(registry.failures.items())
+    ]
     errors += _related_lookup_errors(registry)
     errors += _fingerprint_field_errors(registry)
     if not errors and not registry.names():
@@ -369,11 +382,16 @@ def check_sources(app_configs=None, **kwargs):
 
 
 
+def _readable(registry):
+    """The registered sources but those that cannot say what they publish (E029)."""
+    return [source for source in registry.sources() if registry.models_of(source)]
+
+
 def _related_lookup_errors(registry):
     """``related_models = {Model: "lookup"}`` whose lookup does not lead from the source's
     objects to that model."""
     errors = []
-    for source in registry.sources():
+    for source in _readable(registry):
         if not isinstance(source.related_models, Mapping):
             continue
         for model, lookup in source.related_models.items():
@@ -396,7 +414,7 @@ def _fingerprint_field_errors(registry):
     """``fingerprint_fields`` that a ``values_list()`` of the source's objects cannot read, and
     a ``fingerprint()`` written in vain beside them."""
     errors = []
-    for source in registry.sources():
+    for source in _readable(registry):
         fields = source.fingerprint_fields
         if not fields:
             continue

@@ -2,14 +2,27 @@
 
 import logging
 
+from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from . import capabilities, tracking
 from .builders.context import BuildContext
 from .builders.locks import build_lock
 from .exceptions import BuildInProgress
+from .sources import registry
 
 logger = logging.getLogger(__name__)
+
+
+def _readable_source(resource_set):
+    """Refuse a set whose source could not say what it publishes when the app started
+    (check ``resourcesync.E029``): its changes are not tracked, so it is left unpublished."""
+    failure = registry.failures.get(resource_set.source)
+    if failure is not None:
+        raise ImproperlyConfigured(
+            f"The source {resource_set.source!r} cannot say what it publishes ({type(failure).__name__}: {failure}); "
+            "see check resourcesync.E029"
+        )
 
 
 def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None, parallel=False, refresh=True):
@@ -39,6 +52,7 @@ def rebuild_set(resource_set, *, only=None, progress=None, batch_size=None, para
     if not wanted:
         return []
     try:
+        _readable_source(resource_set)
         if refresh:
             tracking.refresh(resource_set, progress=progress, batch_size=batch_size, parallel=parallel)
     except Exception as exc:

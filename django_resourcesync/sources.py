@@ -26,6 +26,7 @@ import re
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from functools import cached_property
 
 from django.core.exceptions import ImproperlyConfigured
@@ -429,6 +430,10 @@ class ResourceSource:
 
     @cached_property
     def item_model(self):
+        """The model of the source's objects: ``model`` when it is given (``items()`` is not
+        called), else the model of the queryset ``items()`` returns."""
+        if self.model is not None:
+            return self.model
         return self.items().model
 
     def tracked_models(self):
@@ -607,6 +612,25 @@ class SourceRegistry:
     def __init__(self):
         self._sources = {}
         self._tracking = {}
+        #: ``{name: exception}``: the sources that could not say which models they publish (their
+        #: ``items()`` raised, or ran a query, when asked at start-up). Reported by the system
+        #: check ``resourcesync.E029``; their sets are left unpublished, the others go on.
+        self.failures = {}
+
+    def models_of(self, source):
+        """The models whose changes ``source`` tracks, or ``[]`` when it cannot say (the failure
+        is kept in :attr:`failures`). Asked without letting the source reach a database: the app
+        never runs a source's queries to start up."""
+        if source.name in self.failures:
+            return []
+        try:
+            with _no_queries():
+                return source.tracked_models()
+        except Exception as exc:
+            self.failures[source.name] = exc
+            logger.error("Source %r cannot say what it publishes: %s: %s; its sets are left unpublished",
+                         source.name, type(exc).__name__, exc)
+            return []
 
     def register(self, source_class=None, *, name=None):
         """Register a :class:`ResourceSource` subclass; usable as a decorator."""
@@ -619,6 +643,7 @@ class SourceRegistry:
                 raise AlreadyRegistered(f"A resource source named {key!r} is already registered.")
             cls.name = key
             self._sources[key] = cls()
+            self.failures.pop(key, None)
             self._tracking.clear()
             return cls
 
@@ -629,6 +654,7 @@ class SourceRegistry:
             del self._sources[name]
         except KeyError:
             raise NotRegistered(name) from None
+        self.failures.pop(name, None)
         self._tracking.clear()
 
     def get(self, name):
@@ -650,12 +676,31 @@ class SourceRegistry:
             self._tracking[concrete] = [
                 source
                 for source in self.sources()
-                if any(tracked._meta.concrete_model is concrete for tracked in source.tracked_models())
+                if any(tracked._meta.concrete_model is concrete for tracked in self.models_of(source))
             ]
         return self._tracking[concrete]
 
     def __contains__(self, name):
         return name in self._sources
+
+
+class QueryAtStartUp(ImproperlyConfigured):
+    """A source ran a query where the app only asked which model it publishes."""
+
+
+def _refuse(execute, sql, params, many, context):
+    raise QueryAtStartUp(
+        "items() ran a query when called; it must return a queryset without evaluating it "
+        "(or set `model` on the source)"
+    )
+
+
+@contextmanager
+def _no_queries():
+    with ExitStack() as stack:
+        for connection in connections.all():
+            stack.enter_context(connection.execute_wrapper(_refuse))
+        yield
 
 
 registry = SourceRegistry()

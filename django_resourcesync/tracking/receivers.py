@@ -40,8 +40,10 @@ def object_changed(sender, instance, raw=False, using=None, signal=None, **kwarg
 
 
 def connect_tracked_models():
-    """Listen to the models of every registered source (idempotent)."""
-    models = {model for source in registry.sources() for model in source.tracked_models()}
+    """Listen to the models of every registered source (idempotent). A source that cannot say
+    which models it publishes is left out (system check ``resourcesync.E029``), never a failed
+    start-up."""
+    models = {model for source in registry.sources() for model in registry.models_of(source)}
     for model in models:
         uid = f"resourcesync_track_{model._meta.label_lower}"
         post_save.connect(object_changed, sender=model, dispatch_uid=uid + "_save")
