@@ -803,6 +803,26 @@ def test_a_site_without_drf_spectaculars_schema_class_gets_the_schema_without_wa
     assert "/resourcesync/api/sets/{slug}/rebuild/" in schema["paths"]
 
 
+@pytest.mark.parametrize("site, expected", [
+    (None, ("django-resourcesync API", "own version", "own description")),  # a new site that never set them
+    ({"TITLE": "Our repository", "VERSION": "7.1"}, ("Our repository", "7.1", "own description")),
+    ("example", ("django-resourcesync", "own version", "What the ResourceSync Source publishes: sets, builds, "
+                                                       "documents, changes.")),
+], ids=["none", "title-and-version", "example"])
+def test_the_schema_names_the_app_and_its_version_but_what_the_site_set(anonymous, settings, site, expected):
+    from django_resourcesync import __version__
+    from django_resourcesync.api.schema import OWN_INFO
+
+    if site is None:
+        del settings.SPECTACULAR_SETTINGS
+    elif site != "example":
+        settings.SPECTACULAR_SETTINGS = site
+    info = get_json(anonymous, API + "schema/?format=json", HTTP_ACCEPT="application/json")["info"]
+    own = {"own version": __version__, "own description": OWN_INFO["DESCRIPTION"]}
+    assert (info["title"], info["version"], info["description"]) == tuple(own.get(value, value) for value in expected)
+    assert __version__ != "0.0.0" and "ResourceSync Source" in OWN_INFO["DESCRIPTION"]
+
+
 @pytest.mark.parametrize("assets", ["sidecar", "cdn"])
 def test_the_schema_page_answers_and_references_no_other_host(anonymous, settings, assets):
     from drf_spectacular.settings import SPECTACULAR_DEFAULTS, patched_settings

@@ -5,11 +5,16 @@ that it is the same document in every site, and its generation gives no warning.
 scripts and styles are drf-spectacular-sidecar's, served by the site itself (``static``): never
 from a CDN, whatever ``SPECTACULAR_SETTINGS`` say, so the page works offline and sends its
 readers to no other host.
+
+The schema names the app, its version and what the API is for (:data:`OWN_INFO`) where the
+site's ``SPECTACULAR_SETTINGS`` leave them out: a site that sets its own title, version or
+description keeps them.
 """
 
 import json
 
 from django.apps import apps
+from django.conf import settings
 from django.templatetags.static import static
 from django.urls import include, path, reverse
 from django.utils.translation import gettext as _
@@ -19,9 +24,22 @@ from rest_framework.exceptions import APIException
 from rest_framework.permissions import AllowAny
 from rest_framework.renderers import JSONRenderer
 
+from .. import __version__
 from .openapi import ApiSchema, described
 from .routes import router
 from .throttling import throttles
+
+#: What the schema says of the API where the site's ``SPECTACULAR_SETTINGS`` say nothing.
+OWN_INFO = {
+    "TITLE": "django-resourcesync API",
+    "VERSION": __version__,
+    "DESCRIPTION": (
+        "The REST API of a ResourceSync Source (ANSI/NISO Z39.99-2017) made with django-resourcesync: "
+        "anyone reads the public resource sets and what they publish (builds, documents, changes); "
+        "staff with the app's permissions manage the sets, rebuild them, and see the pending changes, "
+        "the hub's subscriptions and the access tokens of partners."
+    ),
+}
 
 
 class SchemaViewBase:
@@ -47,6 +65,9 @@ class SchemaView(SchemaViewBase, SpectacularAPIView):
         # app's URLs under one of its own).
         prefix = reverse("resourcesync:api:api-root").lstrip("/")
         self.patterns = [path(prefix, include(router.urls))]
+        # Read now (drf-spectacular reads the site's settings once, when it is first imported).
+        configured = getattr(settings, "SPECTACULAR_SETTINGS", None) or {}
+        self.custom_settings = {key: configured.get(key, value) for key, value in OWN_INFO.items()}
         return super().get(request, *args, **kwargs)
 
 
@@ -59,7 +80,7 @@ class SchemaPageView(SchemaViewBase, SpectacularSwaggerView):
     """``/resourcesync/api/schema/ui/``: the schema, readable and tried out in a browser."""
 
     url_name = "resourcesync:api:schema"
-    title = "django-resourcesync API"
+    title = OWN_INFO["TITLE"]
 
     @described(exclude=True)
     def get(self, request, *args, **kwargs):
