@@ -265,7 +265,7 @@ class ResourceSetAdmin(admin.ModelAdmin):
             ),
             "" if obj.is_public else format_html(
                 ' <span class="resourcesync-state resourcesync-state-building" title="{}">{}</span>',
-                _("Read with a token only (see Access tokens)"), _("for partners"),
+                _("Read with a token only (see Partner access tokens)"), _("for partners"),
             ),
         )
 
@@ -707,11 +707,16 @@ class AccessTokenForm(forms.ModelForm):
 
 @admin.register(AccessToken)
 class AccessTokenAdmin(admin.ModelAdmin):
-    """Tokens issued to Destinations (partners) for the restricted sets. Issuing one shows the
-    token once; only its digest is kept. Revoking takes effect at once."""
+    """Tokens issued to Destinations (partners) for the restricted sets, named apart from the REST
+    framework's tokens of API users. Issuing one shows the token once; only its digest is kept.
+    Revoking takes effect at once."""
 
     form = AccessTokenForm
     list_display = ["name", "prefix", "set_slugs", "state", "expires", "last_used", "created"]
+
+    class Media:
+        css = {"all": ["resourcesync/admin.css"]}
+
     list_filter = ["sets"]
     search_fields = ["name", "prefix"]
     readonly_fields = ["prefix", "created", "revoked", "last_used", "state"]

@@ -638,8 +638,9 @@ class AccessToken(models.Model):
 
     class Meta:
         ordering = ["name", "-created"]
-        verbose_name = _("access token")
-        verbose_name_plural = _("access tokens")
+        # Named apart from the tokens of Django REST framework (authtoken), which log users in to APIs.
+        verbose_name = _("partner access token")
+        verbose_name_plural = _("partner access tokens")
 
     def __str__(self):
         return f"{self.name} ({self.prefix}…)"

@@ -1,5 +1,7 @@
 """The admin shows what each set publishes, and rebuilds on request."""
 
+import re
+
 import pytest
 
 from django_resourcesync.models import Build, ResourceSet
@@ -199,3 +201,12 @@ def test_left_out_objects_are_shown_with_their_reason(admin_client, seed, bitstr
     assert "NoReverseMatch" in listed
     resource_list = Build.objects.get(resource_set=bitstreams, capability="resourcelist")
     assert "left_out" in admin_client.get(f"/admin/resourcesync/build/{resource_list.pk}/change/").content.decode()
+
+
+def test_the_apps_tokens_are_told_apart_from_the_rest_frameworks(admin_client):
+    index = admin_client.get("/admin/").content.decode()
+    assert ">Partner access tokens</a>" in index and ">Tokens</a>" in index  # the REST framework's, beside
+    tokens = admin_client.get("/admin/resourcesync/accesstoken/").content.decode()
+    assert "Select partner access token to change" in tokens
+    help_text = re.search(r'<p class="resourcesync-help" id="resourcesync-token-help">(.*?)</p>', tokens, re.S).group(1)
+    assert "open the sets for partners to Destinations" in help_text and "not the REST framework" in help_text
