@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.utils.html import escape, format_html, format_html_join
 from django.utils.timesince import timesince
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext, ngettext_lazy
 
 from . import access, capabilities, charts, overview, uris, versions
 from .builders import changedump
@@ -238,7 +239,8 @@ class ResourceSetAdmin(admin.ModelAdmin):
         report = self._last_audit(obj)
         if report is None:
             return format_html('<span class="resourcesync-quiet">{}</span>', _("never"))
-        verdict = _("OK") if not report.problems else _("%(count)d problem(s)") % {"count": len(report.problems)}
+        count = len(report.problems)
+        verdict = _("OK") if not count else ngettext("%(count)d problem", "%(count)d problems", count) % {"count": count}
         state = "published" if not report.problems else "failed"
         return format_html('<span class="resourcesync-state resourcesync-state-{}" title="{}">{}</span> {}', state,
                            when(report.finished), verdict, _("%(age)s ago") % {"age": timesince(report.finished)})
@@ -249,9 +251,12 @@ class ResourceSetAdmin(admin.ModelAdmin):
         report = self._last_audit(obj)
         if report is None:
             return _("Never audited: run manage.py resourcesync_audit, or schedule the task resourcesync.audit.")
-        summary = _("%(documents)d document(s), %(resources)d resource(s) and %(packages)d package(s) checked at %(base)s, "
-                    "%(when)s.") % {"documents": report.documents, "resources": report.resources,
-                                    "packages": report.packages, "base": report.base, "when": when(report.finished)}
+        summary = _("%(documents)s, %(resources)s and %(packages)s checked at %(base)s, %(when)s.") % {
+            "documents": ngettext("%(n)d document", "%(n)d documents", report.documents) % {"n": report.documents},
+            "resources": ngettext("%(n)d resource", "%(n)d resources", report.resources) % {"n": report.resources},
+            "packages": ngettext("%(n)d package", "%(n)d packages", report.packages) % {"n": report.packages},
+            "base": report.base, "when": when(report.finished),
+        }
         if not report.problems:
             return format_html("<strong>{}</strong> {}", _("No problem."), summary)
         return format_html("<ul>{}</ul>{}", format_html_join("", "<li><code>{}</code>: {}</li>", report.problems), summary)
@@ -259,7 +264,8 @@ class ResourceSetAdmin(admin.ModelAdmin):
     @admin.display(description=_("set"), ordering="name")
     def set_name(self, obj):
         return format_html(
-            '<strong>{}</strong><br><span class="resourcesync-quiet">{} · {}</span>{}{}', obj.name, obj.slug, obj.source,
+            '<strong>{}</strong><br><span class="resourcesync-quiet">{} {} · {} {}</span>{}{}', obj.name,
+            _("slug:"), obj.slug, _("source:"), obj.source,
             "" if obj.enabled else format_html(
                 ' <span class="resourcesync-state resourcesync-state-not-built">{}</span>', _("disabled")
             ),
@@ -352,8 +358,11 @@ class ResourceSetAdmin(admin.ModelAdmin):
             held = None
         store = "" if held is None else format_html(
             "<p>{}</p>",
-            _("Version store: %(versions)d version(s), %(size)s, of %(changes)d change(s).")
-            % {"versions": held["versions"], "size": filesizeformat(held["bytes"]), "changes": held["changes"]},
+            _("Version store: %(versions)s, %(size)s, of %(changes)s.") % {
+                "versions": ngettext("%(n)d version", "%(n)d versions", held["versions"]) % {"n": held["versions"]},
+                "size": filesizeformat(held["bytes"]),
+                "changes": ngettext("%(n)d change", "%(n)d changes", held["changes"]) % {"n": held["changes"]},
+            },
         )
         return format_html("{}{}{}{}", head, table, changes, store)
 
@@ -403,8 +412,8 @@ class ResourceSetAdmin(admin.ModelAdmin):
         self.send_task(
             request, queryset, rebuild_set_task,
             failed=_("Rebuilding “%(set)s” failed: %(error)s"),
-            ran=_("Rebuilt %(n)d set(s)."),
-            queued=_("Rebuild queued for %(n)d set(s)."),
+            ran=ngettext_lazy("Rebuilt %(n)d set.", "Rebuilt %(n)d sets.", "n"),
+            queued=ngettext_lazy("Rebuild queued for %(n)d set.", "Rebuild queued for %(n)d sets.", "n"),
         )
 
     @admin.action(description=_("Reconcile the selected sets with the site's data"), permissions=["change"])
@@ -412,8 +421,8 @@ class ResourceSetAdmin(admin.ModelAdmin):
         self.send_task(
             request, queryset, reconcile_set_task,
             failed=_("Reconciling “%(set)s” failed: %(error)s"),
-            ran=_("Reconciled %(n)d set(s)."),
-            queued=_("Reconcile queued for %(n)d set(s)."),
+            ran=ngettext_lazy("Reconciled %(n)d set.", "Reconciled %(n)d sets.", "n"),
+            queued=ngettext_lazy("Reconcile queued for %(n)d set.", "Reconcile queued for %(n)d sets.", "n"),
         )
 
     def send_task(self, request, queryset, task, *, failed, ran, queued):
@@ -761,4 +770,7 @@ class AccessTokenAdmin(admin.ModelAdmin):
     @admin.action(description=_("Revoke the selected tokens"), permissions=["change"])
     def revoke(self, request, queryset):
         count = access.revoke(queryset)
-        self.message_user(request, _("%(count)d token(s) revoked.") % {"count": count}, messages.SUCCESS)
+        self.message_user(
+            request, ngettext("%(count)d token revoked.", "%(count)d tokens revoked.", count) % {"count": count},
+            messages.SUCCESS,
+        )

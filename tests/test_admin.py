@@ -143,7 +143,7 @@ def test_a_failing_rebuild_is_a_message_and_the_other_sets_go_on(
     assert response.status_code == 200
     shown = [(m.level_tag, str(m)) for m in response.context["messages"]]
     assert ("error", f"Rebuilding “{metadata}” failed: [Errno 28] No space left on device") in shown, shown
-    assert ("success", "Rebuilt 1 set(s).") in shown, shown
+    assert ("success", "Rebuilt 1 set.") in shown, shown
     assert Build.objects.get(resource_set=bitstreams).status == Build.Status.PUBLISHED
     assert Build.objects.get(resource_set=metadata).status == Build.Status.FAILED
 
@@ -185,7 +185,7 @@ def test_a_task_sent_to_a_broker_is_reported_queued(admin_client, metadata):
             )
     finally:
         conf.task_always_eager = eager
-    assert [str(m) for m in response.context["messages"]] == ["Rebuild queued for 1 set(s)."]
+    assert [str(m) for m in response.context["messages"]] == ["Rebuild queued for 1 set."]
 
 
 def test_left_out_objects_are_shown_with_their_reason(admin_client, seed, bitstreams):
@@ -210,3 +210,22 @@ def test_the_apps_tokens_are_told_apart_from_the_rest_frameworks(admin_client):
     assert "Select partner access token to change" in tokens
     help_text = re.search(r'<p class="resourcesync-help" id="resourcesync-token-help">(.*?)</p>', tokens, re.S).group(1)
     assert "open the sets for partners to Destinations" in help_text and "not the REST framework" in help_text
+
+
+def test_counts_read_as_words_and_a_sets_slug_and_source_are_labelled(admin_client, seed, metadata, bitstreams):
+    from django_resourcesync import access
+
+    seed(2)
+    response = admin_client.post(
+        "/admin/resourcesync/resourceset/", {"action": "rebuild", "index": 0, "_selected_action": [metadata.pk, bitstreams.pk]},
+        follow=True,
+    )
+    assert [str(m) for m in response.context["messages"]] == ["Rebuilt 2 sets."]
+    sets = response.content.decode()
+    assert '<span class="resourcesync-quiet">slug: bitstreams · source: bitstreams</span>' in sets
+    assert "(s)" not in sets
+    token, _issued = access.issue("Partner", [])
+    response = admin_client.post(
+        "/admin/resourcesync/accesstoken/", {"action": "revoke", "index": 0, "_selected_action": [token.pk]}, follow=True
+    )
+    assert [str(m) for m in response.context["messages"]] == ["1 token revoked."]

@@ -146,7 +146,7 @@ def test_the_admin_shows_each_sets_last_audit(source, admin_client):
     Path(ItemFile.objects.order_by("pk").first().file.path).write_bytes(b"???")  # another length
     assert run("--all")[0] == 1
     page = admin_client.get("/admin/resourcesync/resourceset/").content.decode()
-    assert "3 problem(s)" in page and "OK" in page  # the files' set (length, md5, sha-256); the records'
+    assert "3 problems" in page and "OK" in page  # the files' set (length, md5, sha-256); the records'
     detail = admin_client.get(f"/admin/resourcesync/resourceset/{source['bitstreams'].pk}/change/").content.decode()
     assert "served 3 bytes" in detail
 

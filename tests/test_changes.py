@@ -349,7 +349,7 @@ def test_change_log_admin(tracked, committing, admin_client):
     response = admin_client.post(
         "/admin/resourcesync/resourceset/", {"action": "reconcile", "_selected_action": [tracked[1].pk]}, follow=True
     )
-    assert response.status_code == 200 and b"Reconciled 1 set(s)." in response.content
+    assert response.status_code == 200 and b"Reconciled 1 set." in response.content
 
 
 @pytest.fixture

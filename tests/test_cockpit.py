@@ -143,10 +143,10 @@ def test_the_set_page_buttons_rebuild_and_reconcile(admin_client, seed, metadata
     assert f'action="/admin/resourcesync/resourceset/{metadata.pk}/reconcile/"' in page
     response = admin_client.post(f"/admin/resourcesync/resourceset/{metadata.pk}/rebuild/", follow=True)
     assert response.redirect_chain[-1][0] == f"/admin/resourcesync/resourceset/{metadata.pk}/change/"
-    assert ("success", "Rebuilt 1 set(s).") in messages_of(response)
+    assert ("success", "Rebuilt 1 set.") in messages_of(response)
     assert Build.objects.get(resource_set=metadata).status == Build.Status.PUBLISHED
     response = admin_client.post(f"/admin/resourcesync/resourceset/{metadata.pk}/reconcile/", follow=True)
-    assert ("success", "Reconciled 1 set(s).") in messages_of(response)
+    assert ("success", "Reconciled 1 set.") in messages_of(response)
 
 
 def test_a_rebuild_failing_from_the_set_page_is_a_message_not_a_500(admin_client, seed, metadata, full_disk_for_metadata):

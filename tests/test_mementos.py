@@ -137,7 +137,7 @@ def test_a_set_asked_for_prior_versions_it_cannot_publish_is_a_warning_with_a_hi
 def test_the_admin_says_what_the_version_store_holds_for_the_set(rewritten, admin_client):
     resource_set, _upload = rewritten
     page = admin_client.get(f"/admin/resourcesync/resourceset/{resource_set.pk}/change/").content.decode()
-    assert "Version store: 2 version(s)" in page and "of 2 change(s)" in page
+    assert "Version store: 2 versions" in page and "of 2 changes." in page
 
 
 def test_mementos_from_before_a_resource_left_the_set_are_not_those_of_it_back(seed, committing, documents_storage):
