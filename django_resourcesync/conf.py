@@ -119,8 +119,9 @@ DEFAULTS = {
     # Capability List URIs only; reading them still takes a token). False: they are not named
     # anywhere the public reads.
     "LIST_TOKEN_SETS": False,
-    # A folder holding the official schemas (resourcesync.xsd, sitemap.xsd, siteindex.xsd), against
-    # which the self-audit validates every document it reads; None: it checks the spec's rules only.
+    # The official schemas (resourcesync.xsd, sitemap.xsd, siteindex.xsd) against which the self-audit
+    # validates every document it reads, besides the spec's rules. None: those the app ships; a
+    # folder: that folder's; False: no schema, the spec's rules only.
     "AUDIT_SCHEMAS": None,
     # Modules (import strings) that register resource sources, besides the autodiscovered
     # ``resourcesync`` module of every installed app.

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from django_resourcesync import access, discovery, storage
 from django_resourcesync.audit import audit, rules
@@ -20,9 +20,6 @@ from example_project.repository.models import ItemFile
 
 from .conftest import demo_set
 from .helpers import build, free_port
-from .xmlcheck import XSD_DIR
-
-SCHEMAS = str(XSD_DIR)
 
 
 @pytest.fixture
@@ -42,10 +39,11 @@ def source(live_server, settings, seed, transactional_db):
 
 
 def run(*args):
-    """``resourcesync_audit`` with ``args``: ``(exit code, lines)``."""
+    """``resourcesync_audit`` with ``args``: ``(exit code, lines)``. Without ``--schemas``, it
+    validates against the schemas the app ships."""
     out = io.StringIO()
     try:
-        call_command("resourcesync_audit", "--schemas", SCHEMAS, *args, stdout=out)
+        call_command("resourcesync_audit", *args, stdout=out)
         code = 0
     except SystemExit as exit:
         code = exit.code
@@ -200,11 +198,11 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 def test_a_source_written_by_resync_is_audited_with_no_problem_then_with_exactly_the_one_injected(foreign_source, db):
     base, folder = foreign_source
-    report = audit(base, sample=None, schemas=SCHEMAS)
+    report = audit(base, sample=None)
     assert report.ok, report.lines()
     assert (report.documents, report.resources) == (3, 5)
     (folder / "files" / "f2.txt").write_bytes(b"changed behind the Source's back\n")
-    report = audit(base, sample=None, schemas=SCHEMAS)
+    report = audit(base, sample=None)
     assert {uri for uri, _what in report.problems} == {f"{base}/files/f2.txt"}
     assert any("length" in what for _uri, what in report.problems)
 
@@ -224,3 +222,72 @@ def test_the_rules_find_what_a_careless_writer_gets_wrong():
     assert any("hash token 'MD5:AB'" in p for p in found)
     assert any("'moved' is not created" in p for p in found)
     assert any("oldest first" in p for p in found)
+
+
+# --- the official schemas the app ships -----------------------------------------------------------
+
+
+def test_without_schemas_given_the_audit_validates_against_those_the_app_ships(foreign_source, db, settings):
+    """A Resource List with a value the sitemaps.org schema refuses, and no rule of the spec's
+    would: the audit run as it comes (no --schemas, no setting) reports it; turned off, not."""
+    base, folder = foreign_source
+    listing = folder / "resourcelist.xml"
+    listing.write_text(listing.read_text().replace("</lastmod>", "</lastmod><changefreq>sometimes</changefreq>", 1))
+    code, lines = run("--base", base, "--all")
+    found = problems(lines)
+    assert code == 1 and found, lines
+    assert all(line.startswith(f"PROBLEM {base}/resourcelist.xml: the schema refuses it: ") for line in found), found
+    assert any("sometimes" in line for line in found), found
+
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "AUDIT_SCHEMAS": False}
+    code, lines = run("--base", base, "--all")
+    assert code == 0 and "the documents were not checked against the official schemas (turned off)" in "\n".join(lines)
+
+
+def test_a_schemas_folder_given_is_used_instead_of_the_apps(foreign_source, db, tmp_path):
+    base, _folder = foreign_source
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for name in ("resourcesync.xsd", "siteindex.xsd"):
+        (mine / name).write_bytes((rules.SCHEMAS / name).read_bytes())
+    with pytest.raises(CommandError) as refused:
+        run("--base", base, "--schemas", str(mine))
+    assert str(refused.value) == f"--schemas: {mine} lacks sitemap.xsd."
+    # A sitemap schema that wants a priority in every entry: resync writes none.
+    strict = (rules.SCHEMAS / "sitemap.xsd").read_text().replace(
+        '<xsd:element name="priority" type="tPriority" minOccurs="0"/>', '<xsd:element name="priority" type="tPriority"/>'
+    )
+    assert strict != (rules.SCHEMAS / "sitemap.xsd").read_text()
+    (mine / "sitemap.xsd").write_text(strict)
+    code, lines = run("--base", base, "--schemas", str(mine))
+    assert code == 1 and all("the schema refuses it" in line for line in problems(lines)), lines
+    assert run("--base", base)[0] == 0
+
+
+def test_the_schemas_the_app_ships_refuse_an_invalid_document_and_accept_a_valid_one():
+    resource_list = (
+        b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">'
+        b'<rs:ln rel="up" href="http://example.org/capabilitylist.xml"/>'
+        b'<rs:md capability="resourcelist" at="2024-05-01T12:00:00Z"/>'
+        b'<url><loc>http://example.org/a</loc><lastmod>2024-04-30T08:00:00Z</lastmod>'
+        b'<rs:md hash="md5:0cc175b9c0f1b6a831c399e269772661" length="1" type="text/plain"/></url>'
+        b"</urlset>"
+    )
+    assert rules.schema_problems(rules.read(resource_list), rules.SCHEMAS) == []
+    for wrong in (
+        resource_list.replace(b' length="1"', b' size="1"'),  # an attribute rs:md does not have
+        resource_list.replace(b'at="2024-05-01T12:00:00Z"', b'at="yesterday"'),  # no dateTime
+        resource_list.replace(b"<rs:ln ", b"<rs:link "),  # no such element
+    ):
+        found = rules.schema_problems(rules.read(wrong), rules.SCHEMAS)
+        assert found and all(p.startswith("the schema refuses it: ") for p in found), wrong
+    index = (
+        b'<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">'
+        b'<rs:md capability="resourcelist" at="2024-05-01T12:00:00Z"/>'
+        b"<sitemap><loc>http://example.org/resourcelist-1.xml</loc></sitemap>"
+        b"</sitemapindex>"
+    )
+    assert rules.schema_problems(rules.read(index), rules.SCHEMAS) == []
+    found = rules.schema_problems(rules.read(index.replace(b"<sitemap>", b"<url>").replace(b"</sitemap>", b"</url>")),
+                                  rules.SCHEMAS)
+    assert found and "url" in found[0]

@@ -1,6 +1,7 @@
 """The distributions people install: every file of the package in them, metadata that passes
 ``twine check``, and a minimal project that runs with the app installed and nothing else."""
 
+import hashlib
 import subprocess
 import sys
 import tarfile
@@ -15,6 +16,13 @@ import django_resourcesync
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "django_resourcesync"
 FROM_CHECKOUT = Path(django_resourcesync.__file__).resolve().parent == PACKAGE
+#: The official schemas the app ships, byte for byte as published (origins and licences in their
+#: folder's README.md).
+OFFICIAL_SCHEMAS = {
+    "resourcesync.xsd": "e60e46a515ccaf3ef1c9a3a0492cddf1c4ff9fc481eaefb95639038dbfeaeab3",
+    "sitemap.xsd": "fbec77e84467050d5667394a57cc5cdfe1239d80aca1d61e9e0827173c3d9df9",
+    "siteindex.xsd": "221d53c28d58c732e62bef159b112adaef79bc68f9f4a1965ae5be5e5c1edd29",
+}
 
 
 def package_files():
@@ -54,6 +62,23 @@ def test_the_wheel_and_the_sdist_carry_every_file_of_the_package(distributions):
         assert {f"{top}/{name}" for name in ("LICENSE", "README.md", "CHANGELOG.md", "setup.cfg")} <= set(archive.getnames())
     assert in_wheel == wanted, (sorted(wanted - in_wheel), sorted(in_wheel - wanted))
     assert in_sdist == wanted, (sorted(wanted - in_sdist), sorted(in_sdist - wanted))
+    schemas = {f"django_resourcesync/schemas/{name}" for name in [*OFFICIAL_SCHEMAS, "README.md"]}
+    assert schemas <= in_wheel and schemas <= in_sdist
+
+
+def test_the_app_ships_the_official_schemas_unmodified_and_says_where_they_come_from():
+    """What the audit validates against out of the box (from the checkout, or from the installed
+    package in the suite run from the wheel): the three published files, nothing else."""
+    from django_resourcesync.audit import rules
+
+    shipped = {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in rules.SCHEMAS.glob("*.xsd")}
+    assert shipped == OFFICIAL_SCHEMAS
+    notice = (rules.SCHEMAS / "README.md").read_text()
+    for name, digest in OFFICIAL_SCHEMAS.items():
+        assert name in notice and digest in notice, name
+    for published in ("http://www.openarchives.org/rs/1.1/resourcesync.xsd", "https://www.sitemaps.org/schemas/sitemap/0.9/"):
+        assert published in notice
+    assert notice.count("Creative Commons Attribution-ShareAlike") == 2
 
 
 @pytest.mark.slow

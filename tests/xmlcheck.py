@@ -1,26 +1,20 @@
 """Validation of published documents: the official schemas plus the spec rules they cannot express."""
 
-import os
-from pathlib import Path
-
 from lxml import etree
 
 from django_resourcesync.audit import rules
 
 SM = "http://www.sitemaps.org/schemas/sitemap/0.9"
 RS = "http://www.openarchives.org/rs/terms/"
-# The official schemas, in shared/ beside the checkout (or where RESOURCESYNC_XSD_DIR says: the
-# suite run from an installed wheel, in a folder of its own).
-XSD_DIR = Path(os.environ.get("RESOURCESYNC_XSD_DIR") or Path(__file__).resolve().parents[1].parent / "shared" / "spec" / "xsd")
+# The official schemas, as the app ships them (from the checkout, or from the installed wheel).
+SCHEMAS = rules.SCHEMAS
 
 # The spec's rules are the app's own (the self-audit reads deployed Sources with them).
 W3C_UTC = rules.W3C_UTC
 
 
 def _schema(root):
-    if not (XSD_DIR / "resourcesync.xsd").exists():
-        raise RuntimeError(f"The official schemas are missing: expected them in {XSD_DIR}")
-    return rules._schema(XSD_DIR, root)
+    return rules._schema(SCHEMAS, root)
 
 
 def parse(xml_bytes):

@@ -3,8 +3,8 @@
 :func:`audit` starts where a Destination starts, at ``/.well-known/resourcesync`` of a base URL
 (the site's ``BASE_URL``, or any other Source's), and walks what it finds: every Capability List,
 every document they list (indexes and their parts, dumps and the manifests inside their
-packages, archives), each checked against the spec's rules (:mod:`.rules`) and, given the
-official schemas, against them. It then fetches resources (a sample of each Resource List, or all
+packages, archives), each checked against the spec's rules (:mod:`.rules`) and against the
+official schemas (those the app ships, unless told otherwise). It then fetches resources (a sample of each Resource List, or all
 of them) and the dump packages, and checks each hash and length a document gives against the
 bytes served, and that a listed resource answers with its ``Link: rel="resourcesync"`` header
 where the Source sends them. What the audit finds is a :class:`Report`: problems first, one line
@@ -95,9 +95,10 @@ class _Failed(Exception):
 class Auditor:
     """One walk of a Source. ``sample``: resources fetched per Resource List (``None``: all);
     ``token``: a bearer token sent with every request; ``schemas``: the folder of the official
-    schemas; ``discovery``: whether listed resources must answer with their Link header (``None``:
-    where the Source sends it for some of them); ``published``: ``(uri) -> sha256 or None``, the
-    digest the Source published a document with (the app's own records)."""
+    schemas (``None``: no validation against them); ``discovery``: whether listed resources must
+    answer with their Link header (``None``: where the Source sends it for some of them);
+    ``published``: ``(uri) -> sha256 or None``, the digest the Source published a document with
+    (the app's own records)."""
 
     def __init__(self, base, *, sample=20, token=None, schemas=None, discovery=None, published=None, packages=2):
         self.base = base.rstrip("/")
@@ -325,9 +326,10 @@ def _resourcesync_links(values):
 
 def audit(base=None, *, sets=None, sample=20, token=None, schemas=None, discovery=None, packages=2):
     """Audit the Source at ``base`` (default: this site's ``BASE_URL``). ``sets``: only the
-    Capability Lists of these of this site's sets (slugs), listed publicly or not. Returns a
-    :class:`Report`. On this site's own Source, each stored document served is compared with
-    the one published."""
+    Capability Lists of these of this site's sets (slugs), listed publicly or not. ``schemas``:
+    the folder of the official schemas to validate against (``None``: those the app ships;
+    ``False``: none). Returns a :class:`Report`. On this site's own Source, each stored document
+    served is compared with the one published."""
     from ..conf import app_settings
     from ..models import ResourceSet
 
@@ -347,11 +349,12 @@ def audit(base=None, *, sets=None, sample=20, token=None, schemas=None, discover
         from django.conf import settings
 
         discovery = any(name.endswith("ResourceSyncLinkMiddleware") for name in settings.MIDDLEWARE)
+    schemas = rules.schema_folder(schemas)
     auditor = Auditor(base, sample=sample, token=token, schemas=schemas, discovery=discovery,
                       published=_published_digests(base) if base == own else None, packages=packages)
     report = auditor.run(capability_lists)
-    if not schemas:
-        report.notes.append("the documents were not checked against the official schemas (no schema folder given)")
+    if schemas is None:
+        report.notes.append("the documents were not checked against the official schemas (turned off)")
     return report
 
 

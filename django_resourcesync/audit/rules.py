@@ -5,8 +5,9 @@ sentence each, what breaks the rules of core 1.1 (sections 7 to 13 and Appendix 
 framework notifications: the capability the document must carry, ``at`` against ``from`` and
 ``until`` by document kind, full UTC datetimes, links up and to the index, entries per document,
 hashes and lengths as section 7 writes them, the order of changes, manifests' paths. The schema's
-part (:func:`schema_problems`) needs the official schemas, which the app does not ship: a folder
-that holds ``resourcesync.xsd``, ``sitemap.xsd`` and ``siteindex.xsd``.
+part (:func:`schema_problems`) validates against the official schemas: ``resourcesync.xsd``,
+``sitemap.xsd`` and ``siteindex.xsd``, which the app ships (:data:`SCHEMAS`), or those of another
+folder.
 
 The app's own tests check every document it writes with these functions; the audit
 (:mod:`django_resourcesync.audit`) checks a deployed Source, this one or another, with them.
@@ -198,7 +199,19 @@ def _instant(moment):
     return head + "." + fraction.ljust(9, "0")
 
 
+#: The official schemas shipped with the app, unmodified (their origins, checksums and licences
+#: are in the folder's README.md): what the audit validates against unless told otherwise.
+SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+
 _schemas = {}
+
+
+def schema_folder(choice):
+    """The folder of schemas that ``choice`` (``--schemas`` or the setting ``AUDIT_SCHEMAS``)
+    names: the app's own for ``None``, none (``None``: no validation) for ``False`` or ``""``."""
+    if choice is None:
+        return SCHEMAS
+    return Path(choice) if choice else None
 
 
 def schema_problems(doc, schemas):

@@ -9,9 +9,10 @@ from ...models import ResourceSet
 
 class Command(BaseCommand):
     help = (
-        "Check the deployed Source over HTTP as a Destination sees it: every document against the spec's rules (and the "
-        "official schemas, with --schemas), the hashes and lengths of a sample of the resources and of the dump packages "
-        "against the bytes served, the discovery headers. Prints the problems first, one a line; exits 1 if there is any."
+        "Check the deployed Source over HTTP as a Destination sees it: every document against the spec's rules and the "
+        "official schemas (those the app ships, or another folder's with --schemas), the hashes and lengths of a sample "
+        "of the resources and of the dump packages against the bytes served, the discovery headers. Prints the problems "
+        "first, one a line; exits 1 if there is any."
     )
 
     def add_arguments(self, parser):
@@ -23,7 +24,8 @@ class Command(BaseCommand):
         amount.add_argument("--all", action="store_true", help="Fetch every listed resource and every dump package.")
         parser.add_argument("--token", help="A bearer token to send (a set for partners).")
         parser.add_argument("--schemas", default=app_settings.AUDIT_SCHEMAS,
-                            help="A folder with the official schemas (resourcesync.xsd, sitemap.xsd, siteindex.xsd).")
+                            help="A folder with the official schemas (resourcesync.xsd, sitemap.xsd, siteindex.xsd) to "
+                                 "validate against instead of those the app ships.")
         parser.add_argument("--no-discovery", action="store_true", help="Do not require Link headers on the resources.")
 
     def handle(self, *args, base=None, sets=None, sample=20, all=False, token=None, schemas=None, no_discovery=False,
