@@ -108,8 +108,8 @@ class ResourceSetForm(forms.ModelForm):
 class Dates:
     """Every date of the app's admin pages in one format, with seconds, in the site's time zone
     (``2026-11-23 06:08:39 UTC``), whatever the site's ``DATETIME_FORMAT``: a manager compares
-    them at a glance. The model's date fields named in ``list_display``, ``fields`` and
-    ``readonly_fields`` are shown through :func:`when`."""
+    them at a glance, each on one line. The model's date fields named in ``list_display``,
+    ``fields`` and ``readonly_fields`` are shown through :func:`when`."""
 
     _columns = {}
 
@@ -126,7 +126,7 @@ class Dates:
         key = (self.model, name)
         if key not in self._columns:
             def column(obj):
-                return when(getattr(obj, name))
+                return format_html('<span class="resourcesync-when">{}</span>', when(getattr(obj, name)))
 
             column.__name__ = name
             self._columns[key] = admin.display(
@@ -151,11 +151,11 @@ def when(value):
     return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
-def ago(value):
-    """How long ago, with the exact time in the tooltip."""
+def ago(value, depth=2):
+    """How long ago, in ``depth`` units at most (``1 month, 1 week``), with the exact time in the tooltip."""
     if value is None:
         return "—"
-    return format_html('<span title="{}">{}</span>', when(value), _("%(time)s ago") % {"time": timesince(value)})
+    return format_html('<span title="{}">{}</span>', when(value), _("%(time)s ago") % {"time": timesince(value, depth=depth)})
 
 
 def link(uri, text=None):
@@ -243,7 +243,7 @@ class ResourceSetAdmin(admin.ModelAdmin):
         verdict = _("OK") if not count else ngettext("%(count)d problem", "%(count)d problems", count) % {"count": count}
         state = "published" if not report.problems else "failed"
         return format_html('<span class="resourcesync-state resourcesync-state-{}" title="{}">{}</span> {}', state,
-                           when(report.finished), verdict, _("%(age)s ago") % {"age": timesince(report.finished)})
+                           when(report.finished), verdict, _("%(age)s ago") % {"age": timesince(report.finished, depth=1)})
 
     @admin.display(description=_("last audit"))
     def audit_report(self, obj):
@@ -264,8 +264,8 @@ class ResourceSetAdmin(admin.ModelAdmin):
     @admin.display(description=_("set"), ordering="name")
     def set_name(self, obj):
         return format_html(
-            '<strong>{}</strong><br><span class="resourcesync-quiet">{} {} · {} {}</span>{}{}', obj.name,
-            _("slug:"), obj.slug, _("source:"), obj.source,
+            '<strong>{}</strong><div class="resourcesync-quiet"><span class="resourcesync-pair">{} {}</span> · '
+            '<span class="resourcesync-pair">{} {}</span></div>{}{}', obj.name, _("slug:"), obj.slug, _("source:"), obj.source,
             "" if obj.enabled else format_html(
                 ' <span class="resourcesync-state resourcesync-state-not-built">{}</span>', _("disabled")
             ),
@@ -298,7 +298,7 @@ class ResourceSetAdmin(admin.ModelAdmin):
         )
         return format_html(
             '<div class="resourcesync-counts">{} / {}</div>{}{}',
-            activity.last_day, activity.last_week, charts.activity_svg(activity, width=150, height=28, detailed=False), waiting,
+            activity.last_day, activity.last_week, charts.activity_svg(activity, width=120, height=28, detailed=False), waiting,
         )
 
     @admin.display(description=_("capabilities: state, made, entries, size, last failure"))
@@ -313,14 +313,17 @@ class ResourceSetAdmin(admin.ModelAdmin):
         also = "" if not others else format_html(
             '<div class="resourcesync-quiet">{} {}</div>', _("Also:"), ", ".join(str(label) for label in others)
         )
-        rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", (
+        # The list is read at a glance and must fit a laptop's window: ages in one unit, and a
+        # failure's reason on a row of its own under its capability, the width of the others.
+        rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>{}", (
             (link(state.uri, state.capability.label) if obj.enabled and state.served
              else state.capability.label,
-             state_badge(state), ago(state.published), "—" if state.entries is None else state.entries,
-             size(state.bytes), failure_link(state))
+             state_badge(state), ago(state.published, depth=1), "—" if state.entries is None else state.entries,
+             size(state.bytes), "" if state.failure is None else format_html(
+                 '<tr class="resourcesync-failure-row"><td></td><td colspan="4">{}</td></tr>', failure_link(state)))
             for state in states
         ))
-        return format_html('<table class="resourcesync-overview">{}</table>{}', rows, also)
+        return format_html('<table class="resourcesync-overview resourcesync-compact">{}</table>{}', rows, also)
 
     @admin.display(description=_("published documents"))
     def overview(self, obj):

@@ -222,7 +222,8 @@ def test_counts_read_as_words_and_a_sets_slug_and_source_are_labelled(admin_clie
     )
     assert [str(m) for m in response.context["messages"]] == ["Rebuilt 2 sets."]
     sets = response.content.decode()
-    assert '<span class="resourcesync-quiet">slug: bitstreams · source: bitstreams</span>' in sets
+    assert ('<span class="resourcesync-pair">slug: bitstreams</span> · <span class="resourcesync-pair">source: bitstreams</span>'
+            in sets)
     assert "(s)" not in sets
     token, _issued = access.issue("Partner", [])
     response = admin_client.post(

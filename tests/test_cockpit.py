@@ -405,3 +405,72 @@ def test_in_a_browser_a_manager_issues_a_partners_token_reads_it_once_and_sees_e
     assert "OK" in [element.text for element in browser.find_all(".resourcesync-state")]
     assert "never" in browser.text()  # the sets not audited yet
     browser.keep("sets")
+
+
+def assert_the_list_fits(browser):
+    """The admin scrolls a list too wide for its box inside the box: neither the page nor the
+    box may scroll, and the last column's cells end inside both."""
+    widths = browser.driver.execute_script(
+        "const box = document.querySelector('#changelist-form .results');"
+        "const cells = [...document.querySelectorAll('#result_list tr > :last-child, #result_list tr > :last-child *')];"
+        "return {page: document.documentElement.scrollWidth, window: document.documentElement.clientWidth,"
+        " table: box.scrollWidth, box: box.clientWidth, box_right: box.getBoundingClientRect().right,"
+        " last: Math.max(...cells.map(cell => cell.getBoundingClientRect().right))};"
+    )
+    assert widths["page"] <= widths["window"] and widths["table"] <= widths["box"], widths
+    assert widths["last"] <= widths["box_right"] <= widths["window"], widths
+
+
+def test_in_a_browser_the_sets_page_fits_a_1400_pixel_window(browser, live_admin, seed, metadata, bitstreams):
+    """The widest rows a manager meets: every capability, long ages, a failure, an audit with
+    problems, pending changes: the last column is inside a 1400 px window, without scrolling."""
+    from django_resourcesync import capabilities
+    from django_resourcesync.models import AuditReport
+
+    every = [capability.name for capability in capabilities.TABLE]
+    ResourceSet.objects.filter(pk__in=[metadata.pk, bitstreams.pk]).update(capabilities=every)
+    metadata.refresh_from_db()
+    bitstreams.refresh_from_db()
+    seed(3)
+    rebuild_set(bitstreams)
+    rebuild_set(metadata)
+    seed(1)
+    rebuild_set(bitstreams)
+    long_ago = timezone.now() - datetime.timedelta(days=40, hours=5)
+    Build.objects.update(finished=long_ago)
+    Build.objects.create(resource_set=metadata, capability="resourcelist", status=Build.Status.FAILED, at=timezone.now(),
+                         error="Traceback (most recent call last):\nOSError: [Errno 28] No space left on device: "
+                               "'/srv/documents/resourcesync/metadata/resourcelist_000001_of_a_long_build.xml'")
+    PendingChange.objects.create(source="metadata", object_pk="1")
+    for resource_set in (metadata, bitstreams):
+        AuditReport.objects.create(resource_set=resource_set, base=live_admin, finished=long_ago,
+                                   problems=[["http://example.org/x", "length differs"]] * 12)
+    browser.log_in(live_admin, "manager", "a-long-demo-password")
+    browser.driver.set_window_size(1400, 900)
+    browser.get(f"{live_admin}/admin/resourcesync/resourceset/")
+    browser.keep("sets-1400")
+    assert_the_list_fits(browser)
+
+
+def test_in_a_browser_the_change_logs_dates_stay_on_one_line(browser, live_admin, seed, bitstreams):
+    from example_project.repository.models import ItemFile
+
+    seed(2)
+    build(bitstreams)
+    for file in ItemFile.objects.all():
+        file.name = f"chapter-{file.pk}-of-a-thesis-with-its-appendices-tables-figures-and-the-data-behind-them.pdf"
+        file.save()
+    build(bitstreams)
+    browser.log_in(live_admin, "manager", "a-long-demo-password")
+    browser.driver.set_window_size(1400, 900)
+    browser.get(f"{live_admin}/admin/resourcesync/changeevent/")
+    lines = browser.driver.execute_script(
+        "return [...document.querySelectorAll('#result_list td.field-datetime')].map(cell => {"
+        "  const range = document.createRange(); range.selectNodeContents(cell);"
+        "  return [cell.textContent, new Set([...range.getClientRects()].map(rect => Math.round(rect.top))).size];"
+        "});"
+    )
+    browser.keep("changes")
+    assert lines and all(DATE.fullmatch(text) for text, _count in lines), lines
+    assert {count for _text, count in lines} == {1}, lines
+    assert_the_list_fits(browser)  # the URIs cut to the room left
