@@ -112,6 +112,10 @@ DEFAULTS = {
     # stylesheet from the document's own origin). Documents written before a change keep theirs
     # until they are rebuilt.
     "STYLESHEET": None,
+    # A browser that opens a document (asking for HTML before XML) gets a page made from it on the
+    # server: a table of its entries, with its dates and links (see django_resourcesync.pages).
+    # Every other client gets the XML as published. False: everyone gets the XML.
+    "HTML_PAGES": True,
     # The REST API (/resourcesync/api/): requests an anonymous client may make, per IP address,
     # as DRF writes rates ("300/minute"); None: no limit.
     "API_ANON_RATE": "300/minute",

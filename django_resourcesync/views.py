@@ -8,6 +8,10 @@ document rendered live has no Last-Modified until the second of its last change 
 Stored files are streamed in chunks of ``CHUNK_SIZE`` bytes, never read whole: from S3
 (django-storages) by ranged GETs of the object's body, from other storages through ``open()``.
 With ``SERVE_BY_REDIRECT`` they are redirected to the storage's URL instead.
+
+A browser asking for a document a person may open gets a page made from its bytes instead of
+the XML (``HTML_PAGES``, see :mod:`.pages`), with an ETag of its own; every such answer varies by
+``Accept``. ZIP packages and notification payloads are always served as they are.
 """
 
 import functools
@@ -18,11 +22,11 @@ from importlib import resources
 
 from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.utils import timezone
-from django.utils.cache import get_conditional_response
+from django.utils.cache import get_conditional_response, patch_vary_headers
 from django.utils.http import http_date, quote_etag
 from django.views.decorators.http import require_safe
 
-from . import access, capabilities, storage
+from . import access, capabilities, pages, storage
 from .builders import capabilitylist
 from .conf import app_settings
 from .models import Build, Document, ResourceSet
@@ -60,10 +64,38 @@ def _conditional(request, etag, last_modified, make_response, *, live=False):
     return response
 
 
+def _negotiated(request, etag, last_modified, make_response, chunks, *, live=False):
+    """A document a person may open: its XML (``make_response()``) or, for a browser (see
+    :func:`pages.wanted`), its page, made from the bytes ``chunks()`` yields, with an ETag of its
+    own. A page is always sent whole: a Range request applies to the XML alone."""
+    if pages.wanted(request):
+        response = _conditional(request, pages.etag(etag), last_modified, lambda: _page(chunks, make_response, etag), live=live)
+    else:
+        response = _conditional(request, etag, last_modified, make_response, live=live)
+    if app_settings.HTML_PAGES:
+        patch_vary_headers(response, ["Accept"])
+    return response
+
+
+def _page(chunks, make_response, etag):
+    body = pages.render(chunks())
+    if body is None:  # no sitemap document after all: served as it is, with its own ETag
+        response = make_response()
+        response["ETag"] = quote_etag(etag)
+        return response
+    return HttpResponse(body, content_type=pages.CONTENT_TYPE)
+
+
 def _xml_response(request, body, last_modified):
-    return _conditional(
-        request, hashlib.sha256(body).hexdigest(), last_modified, lambda: HttpResponse(body, content_type=CONTENT_TYPE), live=True
+    return _negotiated(
+        request, hashlib.sha256(body).hexdigest(), last_modified, lambda: HttpResponse(body, content_type=CONTENT_TYPE),
+        lambda: [body], live=True,
     )
+
+
+def _stored_chunks(storage_name, size):
+    """``chunks()`` of a stored file for :func:`_negotiated`."""
+    return lambda: _read_span(storage.get_storage(), storage_name, 0, size - 1)
 
 
 def _enabled_set(request, slug):
@@ -131,11 +163,13 @@ def document(request, slug, name):
     if doc is GONE:
         return _gone()
 
-    return _conditional(
-        request, doc.sha256, doc.written,
-        lambda: _stream_from_storage(request, doc.storage_name, doc.size, doc.media_type, doc.sha256,
-                                     redirect=resource_set.is_public)
-    )
+    def make_response():
+        return _stream_from_storage(request, doc.storage_name, doc.size, doc.media_type, doc.sha256,
+                                    redirect=resource_set.is_public)
+
+    if doc.media_type != CONTENT_TYPE:  # a dump package
+        return _conditional(request, doc.sha256, doc.written, make_response)
+    return _negotiated(request, doc.sha256, doc.written, make_response, _stored_chunks(doc.storage_name, doc.size))
 
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)", re.ASCII | re.IGNORECASE)
@@ -254,16 +288,22 @@ def live(request, slug, name, capability):
     if served == GONE:
         return _gone()
     if served.live:
-        response = _conditional(
-            request, served.etag, served.last_modified,
-            lambda: HttpResponse(served.body(), content_type=served.media_type), live=True
-        )
+        def make_response():
+            return HttpResponse(served.body(), content_type=served.media_type)
+
+        def chunks():
+            return [served.body()]
     else:
-        response = _conditional(
-            request, served.etag, served.last_modified,
-            lambda: _stream_from_storage(request, served.storage_name, served.size, served.media_type, served.etag,
-                                         redirect=resource_set.is_public),
-        )
+        def make_response():
+            return _stream_from_storage(request, served.storage_name, served.size, served.media_type, served.etag,
+                                        redirect=resource_set.is_public)
+
+        chunks = _stored_chunks(served.storage_name, served.size)
+    if served.media_type != CONTENT_TYPE or capabilities.get(capability).channel:
+        # A package, or a notification: what software reads, served as it is.
+        response = _conditional(request, served.etag, served.last_modified, make_response, live=served.live)
+    else:
+        response = _negotiated(request, served.etag, served.last_modified, make_response, chunks, live=served.live)
     for header, value in served.headers.items():
         response.headers[header] = value
     return response

@@ -20,6 +20,7 @@ from resync.change_list import ChangeList
 from resync.resource_list import ResourceList
 from resync.source_description import SourceDescription
 
+from django_resourcesync.pages import KINDS
 from django_resourcesync.rebuild import rebuild_set
 from django_resourcesync.xml.writer import XML_DECLARATION, DocumentWriter, resource_entry, url_element
 from example_project.repository.models import Item
@@ -297,13 +298,8 @@ def test_the_stylesheet_is_served_even_when_the_setting_is_off(client, db, setti
 
 # -- the stylesheet, applied by lxml (libxslt: the XSLT engine of Chromium) ----------------------
 
-WORDS = {
-    "description": "Source Description", "capabilitylist": "Capability List", "resourcelist": "Resource List",
-    "changelist": "Change List", "resourcedump": "Resource Dump", "changedump": "Change Dump",
-    "resourcedump-manifest": "Resource Dump Manifest", "changedump-manifest": "Change Dump Manifest",
-    "resourcelist-archive": "Resource List Archive", "resourcedump-archive": "Resource Dump Archive",
-    "changelist-archive": "Change List Archive", "changedump-archive": "Change Dump Archive",
-}
+#: The kinds of document a person opens, in words: as the server's pages name them (pages.py).
+WORDS = {capability: words for capability, words in KINDS.items() if capability not in PAYLOADS}
 
 
 def heading(doc):
@@ -515,7 +511,9 @@ OPENED = {
 
 
 def test_chromium_shows_each_document_as_a_page_with_a_table_of_its_entries(styled_source, seed, browser):
-    """Chromium applies the stylesheet (it shows a banner saying XSLT is to go; the page is below it)."""
+    """Chromium applies the stylesheet (it shows a banner saying XSLT is to go; the page is below
+    it) to the XML, which a browser gets with ``?format=xml`` (without, the page the server makes:
+    tests/test_pages.py)."""
     publish_example(seed, items=3)
     for name, path in OPENED.items():
         with urllib.request.urlopen(styled_source + path, timeout=30) as response:
@@ -525,7 +523,8 @@ def test_chromium_shows_each_document_as_a_page_with_a_table_of_its_entries(styl
         listed = [entry.find(f"{{{SM}}}loc").text for entry in entries(doc)]
         if name == "changelist":
             assert md(doc).get("until") is None and {md(e)["change"] for e in entries(doc)} >= {"updated", "deleted"}
-        browser.get(styled_source + path)
+        browser.get(styled_source + path + "?format=xml")
+        assert "through the Source's stylesheet" in browser.find("footer").text, path
         assert browser.find("h1").text == heading(doc), path
         assert browser.driver.title == f"{heading(doc)} (ResourceSync)"
         assert len(browser.find_all("table tbody tr")) == len(listed) > 0, path
