@@ -35,7 +35,8 @@ def package_files():
 
 
 @pytest.fixture(scope="module")
-def distributions(tmp_path_factory):
+def built(tmp_path_factory):
+    """``(wheel, sdist, what the build printed)``."""
     if not FROM_CHECKOUT:
         pytest.skip("the app is installed, not imported from the checkout: its distributions are built from the checkout")
     out = tmp_path_factory.mktemp("dist")
@@ -46,7 +47,20 @@ def distributions(tmp_path_factory):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (wheel,) = out.glob("*.whl")
     (sdist,) = out.glob("*.tar.gz")
-    return wheel, sdist
+    return wheel, sdist, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def distributions(built):
+    return built[:2]
+
+
+@pytest.mark.slow
+def test_the_build_finds_every_folder_of_the_package_without_a_warning(built):
+    """setuptools warns of each folder of data (templates, static files, schemas) that looks
+    like a package it was not told of, and means to leave such folders out one day."""
+    log = built[2]
+    assert "would be ignored" not in log, log[max(0, log.find("would be ignored") - 300):][:3000]
 
 
 @pytest.mark.slow
@@ -149,3 +163,57 @@ def test_a_minimal_project_with_the_app_checks_and_serves_its_source_description
     status, content_type, body = done.stdout.strip().split(" ", 2)
     assert status == "200" and content_type == "application/xml"
     assert 'capability="description"' in body and "<urlset" in body
+
+
+def runtime_requirements():
+    """The distributions a plain ``pip install django-resourcesync`` brings: those setup.cfg
+    requires (no extra), and theirs, as installed here."""
+    import configparser
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    wanted = [line for line in config["options"]["install_requires"].splitlines() if line and not line.startswith("#")]
+    found, seen = set(), set()
+    while wanted:
+        requirement = Requirement(wanted.pop())
+        name = requirement.name.lower().replace("_", "-")
+        if name in seen or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
+            continue
+        seen.add(name)
+        try:
+            wanted += metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        found.add(name)
+    return found
+
+
+def test_every_module_the_app_imports_as_it_loads_comes_with_a_plain_install():
+    """``pip install django-resourcesync`` with no extra: no module of the app (the audit's
+    command, the pages) fails with a ModuleNotFoundError. Imports inside functions (S3,
+    django-celery-beat) belong to extras and are left out."""
+    import ast
+    from importlib import metadata
+
+    providers = metadata.packages_distributions()
+    installed = runtime_requirements()
+    missing = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                if top in sys.stdlib_module_names or top == "django_resourcesync":
+                    continue
+                names = {name.lower().replace("_", "-") for name in providers.get(top, [])}
+                if not names & installed:
+                    missing.setdefault(top, []).append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not missing, missing
