@@ -189,6 +189,10 @@ def notify_task(set_ids=None):
     it is recorded. Queued by the commits that change what channels tell of (``set_ids``: the
     sets that changed, for the log); any run also makes up for one that was lost, and queues
     deliveries left due (by a process that died, a broker that was down)."""
+    if not announce.anyone_listens():
+        # Nobody would be told: the channels wait (the first subscription brings them up to
+        # date before it is made, see hub.verify), and this costs one query.
+        return []
     made = announce.announce(on_made=_queue_deliveries)
     if hub.stale_deliveries():
         push.queue(push.DELIVER)

@@ -32,6 +32,14 @@ from . import payloads
 logger = logging.getLogger(__name__)
 
 
+def anyone_listens(now=None):
+    """Whether a notification would reach anyone: an external hub (which knows its own
+    subscribers), or a subscription at the built-in hub whose lease is not over. One query."""
+    if app_settings.HUB_URL:
+        return True
+    return Subscription.objects.filter(expires__gt=now or timezone.now()).exists()
+
+
 def announce(on_made=None):
     """Record the notifications due on every channel, each in the transaction that advances its
     channel; ``on_made(notification)`` is called once that transaction has committed. Every

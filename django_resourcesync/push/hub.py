@@ -38,7 +38,7 @@ from .. import uris
 from ..builders import channel as channels
 from ..conf import app_settings
 from ..models import AccessToken, Delivery, Notification, ResourceSet, Subscription
-from . import DELIVER, VERIFY, queue
+from . import DELIVER, VERIFY, announce, queue
 
 logger = logging.getLogger(__name__)
 
@@ -252,6 +252,10 @@ def verify(mode, set_id, capability, callback, lease_seconds, secret="", token_i
     if mode == "unsubscribe":
         Subscription.objects.filter(resource_set=resource_set, capability=capability, callback=callback).delete()
         return True
+    if not announce.anyone_listens():
+        # While nobody listened nothing was announced: the channels tell of what changed
+        # meanwhile now, to no one, so that this subscriber hears of what changes from now on.
+        announce.announce()
     now = timezone.now()
     expires = now + timedelta(seconds=lease_seconds)
     subscription, _created = Subscription.objects.update_or_create(
