@@ -1,3 +1,5 @@
+import logging
+
 from celery.result import EagerResult
 from django import forms
 from django.apps import apps
@@ -16,7 +18,7 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext, ngettext_lazy
 
-from . import access, capabilities, charts, overview, uris, versions
+from . import access, capabilities, charts, overview, running, uris, versions
 from .builders import changedump
 from .capabilities import CAPABILITY_CHOICES
 from .exceptions import NotRegistered
@@ -41,6 +43,8 @@ from .models import (
 from .sources import registry
 from .tasks import rebuild_set_task, reconcile_set_task
 from .validation import validate_resource_set
+
+logger = logging.getLogger(__name__)
 
 
 def _model_label(source):
@@ -209,6 +213,23 @@ class ResourceSetAdmin(admin.ModelAdmin):
 
     class Media:
         css = {"all": ["resourcesync/admin.css"]}
+
+    def changelist_view(self, request, extra_context=None):
+        """The sets, under a line saying where the app's tasks run, and a warning when pending
+        changes have waited for more than a minute, with the reason (check resourcesync.W016)."""
+        try:
+            late = running.stalled()
+        except Exception:  # the page shows the sets all the same
+            logger.warning("Could not tell whether pending changes are stalled", exc_info=True)
+            late = None
+        if late is not None:
+            self.message_user(request, ngettext(
+                "%(n)d pending change has waited since %(since)s UTC: %(why)s.",
+                "%(n)d pending changes have waited since %(since)s UTC: %(why)s.", late.count,
+            ) % {"n": late.count, "since": f"{late.since:%Y-%m-%d %H:%M:%S}", "why": late.reason}, messages.WARNING)
+        current = running.mode()
+        context = {"resourcesync_tasks": {"mode": current.name, "reason": current.reason}, **(extra_context or {})}
+        return super().changelist_view(request, extra_context=context)
 
     def get_queryset(self, request):
         # Counted by subqueries: one join of both tables would multiply their rows.
@@ -438,14 +459,14 @@ class ResourceSetAdmin(admin.ModelAdmin):
         for resource_set in queryset:
             newest = Build.objects.filter(resource_set=resource_set).order_by("-pk").values_list("pk", flat=True).first() or 0
             try:
-                result = task.delay(resource_set.pk)
+                result = running.send(task, resource_set.pk)
                 if isinstance(result, EagerResult):
                     result.get()  # raises the task's error when CELERY_TASK_EAGER_PROPAGATES is off
             except Exception as exc:
                 reason = overview.one_line(str(exc)) or exc
                 self.message_user(request, failed % {"set": resource_set, "error": reason}, messages.ERROR)
                 continue
-            if isinstance(result, EagerResult) or task.app.conf.task_always_eager:
+            if isinstance(result, EagerResult) or running.mode().in_process:
                 failures = Build.objects.filter(resource_set=resource_set, pk__gt=newest, status=Build.Status.FAILED)
                 for build in failures:
                     reason = overview.one_line(build.error)

@@ -6,13 +6,13 @@ from urllib.parse import urlsplit
 
 from django.apps import apps
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import Error, Info, Tags, Warning, register
 from django.core.exceptions import FieldError, ImproperlyConfigured
 from django.db import DatabaseError
 from django.http.request import validate_host
 from django.urls import NoReverseMatch, reverse
 
-from . import capabilities, versions
+from . import capabilities, running, versions
 from .conf import DEFAULTS, app_settings, is_rate, source_module_errors
 from .links import problems as link_problems
 from .models import RESERVED_SLUGS, ResourceSet
@@ -130,6 +130,7 @@ def check_settings(app_configs=None, **kwargs):
         ("BACKGROUND_DISPATCH", "Default: True.", "E018"),
         ("LIST_TOKEN_SETS", "Default: False (the public Source Description does not name the sets for partners with a token).",
          "E028"),
+        ("HTML_PAGES", "Default: True (a browser opening a document gets a page made from it).", "E031"),
     ):
         value = getattr(app_settings, key)
         if not isinstance(value, bool):
@@ -347,6 +348,47 @@ def _check_links(resource_set):
                 obj=resource_set, id="resourcesync.W007",
             ))
     return errors
+
+
+@register(Tags.compatibility)
+def check_tasks(app_configs=None, **kwargs):
+    """I001: where the app's tasks run (see :mod:`.running`); W016: pending changes that wait
+    for more than a minute, and why; E030: a ``TASKS`` value the app does not know."""
+    try:
+        chosen = app_settings.TASKS
+    except ImproperlyConfigured:  # RESOURCESYNC itself is wrong: E001 and E002 say so
+        return []
+    if chosen not in running.CHOICES:
+        return [Error(
+            f"RESOURCESYNC['TASKS'] = {app_settings.TASKS!r} is not one of {', '.join(map(repr, running.CHOICES))}.",
+            hint='"auto" (the default) sends tasks to Celery workers when the site has a Celery app with a broker '
+                 'that answers, and runs them in the process otherwise.',
+            id="resourcesync.E030",
+        )]
+    current = running.mode()
+    messages = [Info(f"ResourceSync tasks run {MODE_NAMES[current.name]}: {current.reason}.", id="resourcesync.I001")]
+    try:
+        # One indexed query, even where Django runs no database check (plain ``check``,
+        # ``runserver``): a stalled processing is what a site owner must hear of first.
+        late = running.stalled()
+    except Exception:  # not migrated yet, no database here, or database access not allowed
+        late = None
+    if late is not None:
+        messages.append(Warning(
+            f"{late.count} pending change(s) have waited since {late.since:%Y-%m-%d %H:%M:%S} UTC: {late.reason}.",
+            hint="Once the cause is fixed they are processed by the next change, or at once by "
+                 "`manage.py resourcesync_reconcile`; nothing is lost meanwhile.",
+            id="resourcesync.W016",
+        ))
+    return messages
+
+
+#: How I001 names each mode.
+MODE_NAMES = {
+    running.CELERY: "on Celery workers",
+    running.EAGER: "in the calling process (Celery eager mode)",
+    running.EMBEDDED: "in this process (embedded mode: changes are processed on a thread after each commit)",
+}
 
 
 @register(Tags.compatibility)

@@ -34,6 +34,11 @@ DEFAULTS = {
     "DUMP_PACKAGE_BYTES": 1024**3,
     # Rows fetched per database round trip in builds and scans.
     "BATCH_SIZE": 5_000,
+    # Where the app's tasks run (see django_resourcesync.running): "auto" sends them to the site's
+    # Celery workers when it has a Celery app with a broker that answers, and runs them in the
+    # process otherwise (changes processed on a thread after each commit); "celery": always send;
+    # "embedded": always run them in the process.
+    "TASKS": "auto",
     # Hand the pending changes of autocommit saves, and the queueing of their processing, to a
     # thread of the process (see django_resourcesync.tracking.outbox); off: each save does both itself.
     "BACKGROUND_DISPATCH": True,

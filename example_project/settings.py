@@ -5,7 +5,7 @@ switched to a production stack through the environment:
 
 - ``RESOURCESYNC_BASE_URL``: absolute base of the published URIs (default http://127.0.0.1:8000);
 - ``DATABASE_URL``: ``postgres://user:password@host:port/name`` (default: SQLite in var/);
-- ``CELERY_BROKER_URL``: e.g. ``redis://127.0.0.1:6379/0`` (default: tasks run in process);
+- ``CELERY_BROKER_URL``: e.g. ``redis://127.0.0.1:6379/0`` (default: the app runs its tasks in process);
 - ``AWS_STORAGE_BUCKET_NAME``: documents and dump packages in this S3 bucket through
   django-storages (default: files in var/resourcesync), with ``AWS_S3_ENDPOINT_URL`` (an
   S3-compatible service; default Amazon S3), ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``
@@ -187,10 +187,10 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
-# Celery: with no broker configured, tasks run in the calling process (the embedded default).
+# Celery: with no broker configured, the app runs its tasks in this process (the embedded
+# default: changes are processed on a thread after each commit, off the request).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", "")
-CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -38,6 +38,10 @@ if os.environ.get("TEST_CELERY_BROKER_URL"):
     CELERY_BROKER_URL = os.environ["TEST_CELERY_BROKER_URL"]
     CELERY_RESULT_BACKEND = os.environ.get("TEST_CELERY_RESULT_BACKEND", CELERY_BROKER_URL)
     CELERY_TASK_ALWAYS_EAGER = False
+else:
+    # Tasks run where they are sent, so a test reads their outcome as soon as its save commits
+    # (tests/test_embedded.py runs the embedded mode, with its thread, on purpose).
+    CELERY_TASK_ALWAYS_EAGER = True
 
 if os.environ.get("TEST_FILES_DIR"):
     MEDIA_ROOT = os.path.join(os.environ["TEST_FILES_DIR"], "media")

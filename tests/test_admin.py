@@ -167,7 +167,7 @@ def test_a_broker_that_cannot_be_reached_is_a_message(admin_client, metadata):
     assert ("error", f"Reconciling “{metadata}” failed: [Errno 111] Connection refused") in shown, shown
 
 
-def test_a_task_sent_to_a_broker_is_reported_queued(admin_client, metadata):
+def test_a_task_sent_to_a_broker_is_reported_queued(admin_client, metadata, settings):
     from unittest import mock
 
     from celery.result import AsyncResult
@@ -176,6 +176,7 @@ def test_a_task_sent_to_a_broker_is_reported_queued(admin_client, metadata):
 
     conf = tasks.rebuild_set_task.app.conf
     eager, conf.task_always_eager = conf.task_always_eager, False
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "TASKS": "celery"}  # no broker is started
     try:
         with mock.patch.object(tasks.rebuild_set_task, "delay", return_value=AsyncResult("some-id")):
             response = admin_client.post(
@@ -230,3 +231,19 @@ def test_counts_read_as_words_and_a_sets_slug_and_source_are_labelled(admin_clie
         "/admin/resourcesync/accesstoken/", {"action": "revoke", "index": 0, "_selected_action": [token.pk]}, follow=True
     )
     assert [str(m) for m in response.context["messages"]] == ["1 token revoked."]
+
+
+def test_the_sets_page_says_where_tasks_run_and_warns_of_stalled_changes(admin_client, metadata):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_resourcesync.models import PendingChange
+
+    page = admin_client.get("/admin/resourcesync/resourceset/")
+    assert 'id="resourcesync-tasks" data-mode="eager"' in page.content.decode()
+    assert not [m for m in page.context["messages"] if m.level_tag == "warning"]
+    PendingChange.objects.create(source="metadata", object_pk="1", related="", recorded=timezone.now() - timedelta(minutes=3))
+    page = admin_client.get("/admin/resourcesync/resourceset/")
+    warned = [str(m) for m in page.context["messages"] if m.level_tag == "warning"]
+    assert len(warned) == 1 and warned[0].startswith("1 pending change has waited since") and "own process" in warned[0]

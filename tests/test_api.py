@@ -661,10 +661,11 @@ def test_rebuilding_a_disabled_set_is_a_409(manager, metadata):
 
 
 @pytest.fixture
-def with_broker():
+def with_broker(settings):
     """Tasks sent to a broker, as in production (none is started: ``delay`` is replaced)."""
     conf = tasks.rebuild_set_task.app.conf
     eager, conf.task_always_eager = conf.task_always_eager, False
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "TASKS": "celery"}
     yield
     conf.task_always_eager = eager
 
@@ -680,9 +681,10 @@ def test_a_task_sent_to_a_broker_is_answered_202_queued(manager, metadata, with_
 
 
 @pytest.mark.parametrize("eager", [False, True], ids=["broker", "eager"])
-def test_a_broker_that_cannot_be_reached_is_a_503_with_a_json_reason(manager, metadata, eager):
+def test_a_broker_that_cannot_be_reached_is_a_503_with_a_json_reason(manager, metadata, eager, settings):
     from kombu.exceptions import OperationalError
 
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "TASKS": "celery"}
     conf = tasks.reconcile_set_task.app.conf
     before, conf.task_always_eager = conf.task_always_eager, eager
     try:

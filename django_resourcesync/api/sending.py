@@ -15,6 +15,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from rest_framework import status
 from rest_framework.response import Response
 
+from .. import running
 from ..models import Build
 
 logger = logging.getLogger(__name__)
@@ -36,10 +37,10 @@ def _builds(query):
 def send(task, resource_set, *, done):
     """Send ``task`` for ``resource_set`` and answer with what happened; ``done(result)`` makes
     the fields of the answer from the result of a task run in process."""
-    eager = task.app.conf.task_always_eager
+    eager = running.mode().in_process
     newest = Build.objects.aggregate(newest=Max("pk"))["newest"] or 0
     try:
-        result = task.delay(resource_set.pk)
+        result = running.send(task, resource_set.pk)
         value = result.get() if isinstance(result, EagerResult) else None  # raises the task's error
     except BrokerError as exc:
         return _unreachable(task, resource_set, exc)

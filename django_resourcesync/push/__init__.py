@@ -26,6 +26,8 @@ import time
 from celery import current_app
 from django.db import connections, router, transaction
 
+from .. import running
+
 logger = logging.getLogger(__name__)
 
 NOTIFY = "resourcesync.notify"
@@ -36,7 +38,7 @@ VERIFY = "resourcesync.verify_subscription"
 def queue(name, *, countdown=0, **kwargs):
     """Send the task ``name`` (or, when tasks run in process, hand it to :data:`runner`)."""
     task = current_app.tasks[name]
-    if task.app.conf.task_always_eager:
+    if running.mode().in_process:
         runner.submit(task, kwargs, countdown)
         return
     try:

@@ -43,7 +43,7 @@ from celery import current_app
 from django.db import connections, router, transaction
 from django.utils import timezone
 
-from .. import bulk
+from .. import bulk, running, sqlite
 from ..conf import app_settings
 from ..models import PendingChange
 
@@ -149,11 +149,11 @@ def takes_concurrent_writers(connection):
     """Whether a thread may write beside the site's own transactions. SQLite lets one
     connection write at a time, and a transaction that began reading fails with "database is
     locked" instead of waiting for a writer, unless transactions take the lock when they begin
-    (``"OPTIONS": {"transaction_mode": "IMMEDIATE"}``): without that, the saving thread writes
-    its rows itself."""
+    (``"OPTIONS": {"transaction_mode": "IMMEDIATE"}``, which the app sets where the site chose
+    nothing: see :mod:`..sqlite`): without that, the saving thread writes its rows itself."""
     if connection.vendor != "sqlite":
         return True
-    return str(connection.settings_dict.get("OPTIONS", {}).get("transaction_mode", "")).upper() in ("IMMEDIATE", "EXCLUSIVE")
+    return sqlite.takes_the_lock_at_begin(connection)
 
 
 #: The task that processes pending changes, found by its stable name (:mod:`..tasks` defines it).
@@ -167,14 +167,16 @@ def processing_task():
 
 
 def in_background(task):
-    """Whether the dispatcher thread queues ``task``: not when tasks run in process (eager),
-    as an eager task marks the whole process, every thread, as being inside a task."""
-    return app_settings.BACKGROUND_DISPATCH and not task.app.conf.task_always_eager
+    """Whether the dispatcher thread queues ``task`` (or, in the embedded mode, runs it): not
+    when Celery runs tasks in the calling process (eager), as an eager task marks the whole
+    process, every thread, as being inside a task."""
+    return app_settings.BACKGROUND_DISPATCH and running.mode().name != running.EAGER
 
 
 def send(task, source_names):
-    """Queue the processing of these sources' pending changes (or run it, for eager tasks)."""
-    task.delay(sorted(source_names))
+    """Queue the processing of these sources' pending changes (or run it here: eager tasks, and
+    the embedded mode, where this is the dispatcher's thread unless ``BACKGROUND_DISPATCH`` is off)."""
+    running.send(task, sorted(source_names))
 
 
 class Dispatcher:
@@ -221,7 +223,11 @@ class Dispatcher:
             return bool(self._rows or self._stamps or self._sources or self._busy)
 
     def flush(self, timeout=10.0):
-        """Wait until everything handed over is written and queued; False on timeout."""
+        """Wait until everything handed over is written and queued; False on timeout. On the
+        thread itself (a task it ran in the embedded mode has ended): nothing to wait for, as
+        the thread goes on to what arrived meanwhile once the task returns."""
+        if threading.current_thread() is self._thread:
+            return True
         deadline = time.monotonic() + timeout
         with self._lock:
             while self._rows or self._stamps or self._sources or self._busy:

@@ -2,7 +2,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import sweep
+from ... import running, sweep
 from ...capabilities import CAPABILITY_CHOICES
 from ...models import LeftOut, ResourceSet
 from ...progress import ProgressBar
@@ -41,7 +41,7 @@ class Command(BaseCommand):
         resource_sets = self.resource_sets(sets)
         if run_async:
             for resource_set in resource_sets:
-                result = rebuild_set_task.delay(resource_set.pk, only, batch_size)
+                result = running.send(rebuild_set_task, resource_set.pk, only, batch_size)
                 self.stdout.write(f"{resource_set.slug}: task {result.id}")
             return
 

@@ -1,0 +1,188 @@
+"""Where the app's tasks run: on Celery workers, or in the site's own process.
+
+The app's work after a save (processing pending changes, announcing them) and on demand (a
+rebuild from the admin) is written as Celery tasks. A site need not run Celery at all: the mode
+in force, :func:`mode`, is one of
+
+- ``celery``: the site has a Celery app with a broker that answers; tasks are sent to its
+  workers;
+- ``eager``: the site's Celery app runs tasks in the calling process
+  (``CELERY_TASK_ALWAYS_EAGER``): a task runs where it is sent, as Celery does it;
+- ``embedded``: no Celery app is configured, or its broker is not set or does not answer; the
+  app runs its tasks itself, in the process, the processing of changes on a thread after the
+  commit, never in the saving request (see :mod:`.tracking.outbox`).
+
+``RESOURCESYNC["TASKS"]`` chooses: ``"auto"`` (the default: as above), ``"celery"`` (always
+send, whatever the broker does) or ``"embedded"``. ``manage.py check`` says which mode is in
+force (``resourcesync.I001``), and the admin shows it.
+"""
+
+import logging
+import socket
+import threading
+import time
+from typing import NamedTuple
+from urllib.parse import urlsplit
+
+from celery import _state as celery_state
+from celery import current_app
+from django.core.signals import setting_changed
+
+from .conf import app_settings
+
+logger = logging.getLogger(__name__)
+
+CELERY, EAGER, EMBEDDED = "celery", "eager", "embedded"
+CHOICES = ("auto", CELERY, EMBEDDED)
+
+#: Seconds a process trusts what it found of the broker (whether it answers).
+BROKER_TTL = 30.0
+#: Seconds to wait for the broker's port to answer.
+BROKER_TIMEOUT = 1.0
+#: The brokers' default ports, for URLs that give none.
+DEFAULT_PORTS = {"amqp": 5672, "amqps": 5671, "pyamqp": 5672, "redis": 6379, "rediss": 6379, "sqs": 443}
+
+
+class Mode(NamedTuple):
+    """The mode in force (:data:`CELERY`, :data:`EAGER` or :data:`EMBEDDED`) and why."""
+
+    name: str
+    reason: str
+
+    @property
+    def in_process(self):
+        return self.name != CELERY
+
+
+_lock = threading.Lock()
+_broker = {}  # url -> (checked at, answers)
+
+
+def forget(**kwargs):
+    """Ask the broker again (a setting changed, or a test wants a fresh look)."""
+    with _lock:
+        _broker.clear()
+
+
+setting_changed.connect(forget)
+
+
+def site_app():
+    """The site's Celery app, or ``None`` when the site configured none (Celery's fallback app,
+    which it makes when asked for one and finds none, is not the site's)."""
+    app = current_app._get_current_object()
+    if _is_fallback(app):
+        others = [other for other in list(celery_state._apps) if not _is_fallback(other)]
+        return others[0] if others else None
+    return app
+
+
+def _is_fallback(app):
+    return app.main == "default" and not app.set_as_current and not app.fixups
+
+
+def mode():
+    """The :class:`Mode` in force in this process, now."""
+    chosen = app_settings.TASKS
+    app = site_app()
+    if chosen == EMBEDDED:
+        return Mode(EMBEDDED, "RESOURCESYNC['TASKS'] is \"embedded\"")
+    if app is None:
+        if chosen == CELERY:
+            return Mode(CELERY, "RESOURCESYNC['TASKS'] is \"celery\" (no Celery app is configured)")
+        return Mode(EMBEDDED, "no Celery app is configured")
+    if app.conf.task_always_eager:
+        return Mode(EAGER, f"the Celery app {app.main!r} runs tasks in the calling process (task_always_eager)")
+    url = app.conf.broker_url
+    if chosen == CELERY:
+        return Mode(CELERY, f"RESOURCESYNC['TASKS'] is \"celery\" (broker {_safe(url)})")
+    if not url:
+        return Mode(EMBEDDED, f"the Celery app {app.main!r} has no broker_url")
+    if not broker_answers(url):
+        return Mode(EMBEDDED, f"the broker {_safe(url)} does not answer")
+    return Mode(CELERY, f"the Celery app {app.main!r} sends tasks to the broker {_safe(url)}")
+
+
+def broker_answers(url):
+    """Whether something listens at the broker's host and port (checked at most every
+    :data:`BROKER_TTL` seconds). A transport with no host (``memory://``, a file system) answers."""
+    now = time.monotonic()
+    with _lock:
+        known = _broker.get(url)
+    if known is not None and now - known[0] < BROKER_TTL:
+        return known[1]
+    answers = _listens(url)
+    with _lock:
+        _broker[url] = (now, answers)
+    if not answers:
+        logger.warning("The Celery broker %s does not answer: the app runs its tasks in this process", _safe(url))
+    return answers
+
+
+def _listens(url):
+    first = str(url).split(";")[0].strip()  # a list of fail-over brokers: the first
+    parts = urlsplit(first)
+    try:
+        host, port = parts.hostname, parts.port or DEFAULT_PORTS.get(parts.scheme)
+    except ValueError:
+        return False
+    if not host or not port:
+        return True
+    try:
+        with socket.create_connection((host, port), timeout=BROKER_TIMEOUT):
+            return True
+    except OSError:
+        return False
+
+
+def _safe(url):
+    """The broker's URL without its password."""
+    parts = urlsplit(str(url))
+    if parts.password:
+        netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        parts = parts._replace(netloc=netloc)
+    return parts.geturl()
+
+
+def send(task, *args, **kwargs):
+    """Send ``task`` to the workers, or run it here in the embedded mode; returns its result
+    (an ``EagerResult`` when it ran here). ``delay()`` as the mode in force means it."""
+    if mode().name == EMBEDDED:
+        return task.apply(args=args, kwargs=kwargs, throw=True)
+    return task.delay(*args, **kwargs)
+
+
+#: Seconds after which a pending change that is still waiting is reported as stalled.
+STALLED_SECONDS = 60
+
+
+class Stalled(NamedTuple):
+    """Pending changes waiting for longer than :data:`STALLED_SECONDS`: how many, since when, why."""
+
+    count: int
+    since: object
+    reason: str
+
+
+def stalled(now=None):
+    """A :class:`Stalled` when pending changes wait for longer than a minute, else ``None``:
+    two cheap queries (the oldest row by its key; a count only when it is old)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from .models import PendingChange
+
+    now = now or timezone.now()
+    oldest = PendingChange.objects.order_by("id").values_list("recorded", flat=True).first()
+    if oldest is None or oldest > now - timedelta(seconds=STALLED_SECONDS):
+        return None
+    count = PendingChange.objects.filter(recorded__lte=now - timedelta(seconds=STALLED_SECONDS)).count()
+    current = mode()
+    if current.name == CELERY:
+        why = (f"they are queued for Celery workers ({current.reason}) and none has processed them: is a worker "
+               "running (celery -A <your project> worker)?")
+    else:
+        why = (f"this site processes them in its own process ({current.reason}), on a thread after each commit, and "
+               "that has not happened: the log of the site's process says why (logger django_resourcesync)")
+    return Stalled(count, oldest, why)

@@ -1,0 +1,245 @@
+"""The embedded default: with no Celery app, or no broker, the app processes changes itself, on
+a thread after the commit, and says so; SQLite's writers wait their turn; a stalled processing is
+reported with its reason; channels nobody subscribes to cost one query."""
+
+import logging
+import socket
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from celery import current_app
+from django.core import checks
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_resourcesync import capabilities, push, running, tasks, tracking
+from django_resourcesync.models import ChangeEvent, PendingChange, ResourceSet
+from django_resourcesync.tracking import outbox
+from example_project.repository.models import Collection, Item
+
+from .conftest import demo_set
+
+
+@pytest.fixture
+def embedded(settings):
+    """The example's Celery app as a site that configured no broker has it (not eager)."""
+    conf = current_app._get_current_object().conf
+    before = conf.task_always_eager, conf.broker_url
+    conf.task_always_eager, conf.broker_url = False, ""
+    running.forget()
+    yield
+    assert outbox.dispatcher.flush(timeout=60)
+    push.runner.idle(timeout=30)
+    conf.task_always_eager, conf.broker_url = before
+    running.forget()
+
+
+@pytest.fixture
+def sqlite_as_a_new_site_has_it():
+    """The database options of a site made by ``startproject``: none (the example project
+    chooses IMMEDIATE transactions and the write-ahead log itself). The threads' connections are
+    made from these settings."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's own locking")
+    options = connections.settings[connection.alias]["OPTIONS"]
+    before = dict(options)
+    for name in ("transaction_mode", "init_command"):
+        options.pop(name, None)
+    connection.close()
+    yield
+    connection.close()
+    options.clear()
+    options.update(before)
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_mode_follows_the_site_s_celery_app(settings, monkeypatch, embedded):
+    conf = current_app._get_current_object().conf
+    assert running.mode() == (running.EMBEDDED, "the Celery app 'example_project' has no broker_url")
+    conf.broker_url = f"redis://127.0.0.1:{closed_port()}/0"
+    running.forget()
+    found = running.mode()
+    assert found.name == running.EMBEDDED and "does not answer" in found.reason
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        conf.broker_url = f"redis://user:secret@127.0.0.1:{listening.getsockname()[1]}/0"
+        running.forget()
+        found = running.mode()
+        assert found.name == running.CELERY and "secret" not in found.reason
+    conf.task_always_eager = True
+    assert running.mode().name == running.EAGER
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "TASKS": "embedded"}
+    assert running.mode().name == running.EMBEDDED
+    monkeypatch.setattr(running, "site_app", lambda: None)
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "TASKS": "auto"}
+    assert running.mode() == (running.EMBEDDED, "no Celery app is configured")
+
+
+def test_check_says_where_tasks_run_and_refuses_an_unknown_choice(settings, embedded):
+    infos = [m for m in checks.run_checks() if m.id == "resourcesync.I001"]
+    assert len(infos) == 1 and "embedded mode" in infos[0].msg and "no broker_url" in infos[0].msg
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "TASKS": "workers"}
+    assert "resourcesync.E030" in {m.id for m in checks.run_checks()}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_changes_are_processed_on_a_thread_after_the_commit(embedded, seed, monkeypatch):
+    seed(2)
+    metadata = demo_set("metadata")
+    tracking.refresh(metadata)
+    threads = []
+    process = tracking.process_pending
+
+    def processing(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return process(*args, **kwargs)
+
+    monkeypatch.setattr(tracking, "process_pending", processing)
+    item = Item.objects.filter(is_public=True).first()
+    item.title = "Saved in the embedded mode"
+    item.save()
+    created = Item.objects.create(collection=Collection.objects.first(), title="New", is_public=True)
+    created_pk = created.pk
+    assert outbox.dispatcher.flush(timeout=60)
+    created.delete()
+    assert outbox.dispatcher.flush(timeout=60)
+    assert threads and all(thread is not threading.current_thread() for thread in threads)
+    assert not PendingChange.objects.exists()
+    changes = list(ChangeEvent.objects.filter(resource_set=metadata).order_by("id").values_list("uri", "change"))
+    assert [change for uri, change in changes if uri.endswith(f"/{item.pk}/metadata.xml")] == ["updated"]
+    assert [change for uri, change in changes if uri.endswith(f"/{created_pk}/metadata.xml")] == ["created", "deleted"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_writers_on_sqlite_never_meet_a_locked_database(embedded, sqlite_as_a_new_site_has_it, seed, caplog):
+    """Sets offering the notification channels created in a loop while other threads save
+    items: the push runner and the processing thread write beside them."""
+    seed(3)
+    metadata = demo_set("metadata")
+    tracking.refresh(metadata)
+    channels = [capabilities.RESOURCELIST, capabilities.CHANGELIST, capabilities.FRAMEWORK_NOTIFICATION,
+                capabilities.CHANGE_NOTIFICATION]
+    ResourceSet.objects.filter(pk=metadata.pk).update(capabilities=channels)
+    failures = []
+    items = list(Item.objects.filter(is_public=True))
+
+    def saver(item):
+        try:
+            for number in range(40):
+                # As the admin and ATOMIC_REQUESTS save: a transaction that reads, then writes.
+                with transaction.atomic():
+                    item = Item.objects.get(pk=item.pk)
+                    item.title = f"{item.pk} save {number}"
+                    item.save()
+        except Exception as exc:  # what the test is about
+            failures.append(exc)
+
+    savers = [threading.Thread(target=saver, args=(item,)) for item in items[:3]]
+    with caplog.at_level(logging.WARNING, logger="django_resourcesync"):
+        for thread in savers:
+            thread.start()
+        for number in range(40):
+            ResourceSet.objects.create(name=f"Set {number}", slug=f"set-{number}", source="metadata", capabilities=channels)
+        for thread in savers:
+            thread.join()
+        assert outbox.dispatcher.flush(timeout=60)
+        assert push.runner.idle(timeout=60)
+    locked = [record.getMessage() for record in caplog.records if "locked" in str(record.exc_info) + record.getMessage()]
+    assert failures == [] and locked == []
+    assert not PendingChange.objects.exists()
+    assert ChangeEvent.objects.filter(resource_set=metadata, change="updated").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_that_reads_then_writes_waits_for_another_writer_on_sqlite(sqlite_as_a_new_site_has_it, seed):
+    """The site's transaction reads, the app's thread writes and commits meanwhile, then the
+    site's transaction writes: on SQLite, with deferred transactions, that write fails at once
+    with "database is locked"; the app's connections wait their turn."""
+    seed(1)
+    read, wrote = threading.Event(), threading.Event()
+    failures = []
+
+    def site():
+        try:
+            with transaction.atomic():
+                item = Item.objects.get()
+                read.set()
+                wrote.wait(2)  # the other writer has begun (or waits for this one)
+                item.title = "written after the other writer"
+                item.save()
+        except Exception as exc:
+            failures.append(exc)
+        finally:
+            read.set()
+
+    def app():
+        try:
+            read.wait(10)
+            with transaction.atomic():
+                PendingChange.objects.create(source="metadata", object_pk="0", related="")
+                wrote.set()
+                time.sleep(0.3)
+        except Exception as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=site), threading.Thread(target=app)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert Item.objects.get().title == "written after the other writer"
+    PendingChange.objects.all().delete()
+
+
+@pytest.mark.django_db
+def test_changes_waiting_for_more_than_a_minute_are_a_warning_with_the_reason(embedded):
+    PendingChange.objects.create(source="metadata", object_pk="1", related="",
+                                 recorded=timezone.now() - timedelta(minutes=5))
+    found = [m for m in checks.run_checks() if m.id == "resourcesync.W016"]
+    assert len(found) == 1 and found[0].msg.startswith("1 pending change(s) have waited since")
+    assert "in its own process" in found[0].msg and "no broker_url" in found[0].msg and found[0].hint
+    PendingChange.objects.update(recorded=timezone.now())
+    assert not [m for m in checks.run_checks() if m.id == "resourcesync.W016"]
+
+
+@pytest.mark.django_db
+def test_channels_nobody_subscribes_to_cost_one_query():
+    metadata = demo_set("metadata")
+    ResourceSet.objects.filter(pk=metadata.pk).update(
+        capabilities=[capabilities.CHANGELIST, capabilities.FRAMEWORK_NOTIFICATION, capabilities.CHANGE_NOTIFICATION])
+    with CaptureQueriesContext(connection) as queries:
+        assert tasks.notify_task() == []
+    assert len(queries) == 1, [query["sql"] for query in queries]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_save_returns_before_its_changes_are_processed(embedded, seed, monkeypatch):
+    """The saving thread hands the processing over: a slow processing holds up no save."""
+    seed(1)
+    release, done = threading.Event(), threading.Event()
+    process = tracking.process_pending
+
+    def slow(*args, **kwargs):
+        release.wait(30)
+        try:
+            return process(*args, **kwargs)
+        finally:
+            done.set()
+
+    monkeypatch.setattr(tracking, "process_pending", slow)
+    try:
+        Item.objects.first().save()
+        assert not done.is_set(), "the save waited for its processing"
+    finally:
+        release.set()
+    assert outbox.dispatcher.flush(timeout=60) and done.is_set()
