@@ -247,3 +247,18 @@ def test_the_sets_page_says_where_tasks_run_and_warns_of_stalled_changes(admin_c
     page = admin_client.get("/admin/resourcesync/resourceset/")
     warned = [str(m) for m in page.context["messages"] if m.level_tag == "warning"]
     assert len(warned) == 1 and warned[0].startswith("1 pending change has waited since") and "own process" in warned[0]
+
+
+def test_what_a_set_publishes_is_counted_in_words(admin_client, seed, metadata):
+    from django_resourcesync.rebuild import rebuild_set
+
+    seed(1)
+    ResourceSet.objects.filter(pk=metadata.pk).update(
+        capabilities=["resourcelist", "changelist", "resourcelist-archive", "change-notification"])
+    metadata.refresh_from_db()
+    rebuild_set(metadata)
+    for url in ("/admin/resourcesync/resourceset/", f"/admin/resourcesync/resourceset/{metadata.pk}/change/"):
+        page = admin_client.get(url).content.decode()
+        assert "(s)" not in page and not re.search(r"\d bytes", page), url
+    page = admin_client.get(f"/admin/resourcesync/resourceset/{metadata.pk}/change/").content.decode()
+    assert re.search(r"\b1 (entry|document|change|subscription)\b", page), "a count of one in the singular"

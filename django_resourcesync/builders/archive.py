@@ -24,6 +24,9 @@ the bytes of a resource that is no longer public is withdrawn at once (see
 import io
 import re
 
+from django.template.defaultfilters import filesizeformat
+from django.utils.translation import ngettext
+
 from .. import capabilities, heads, uris
 from ..conf import app_settings
 from ..models import Build, ChangeList, Document
@@ -157,7 +160,8 @@ def describe(resource_set, archive):
         size = sum(member.size for member in kept)
     else:
         size = sum(member.size + member.manifest_size for member in kept)
-    return f"{len(kept)} document(s) in the archive (the current ones too), {size} bytes"
+    documents = ngettext("%(n)d document", "%(n)d documents", len(kept)) % {"n": len(kept)}
+    return f"{documents} in the archive (the current ones too), {filesizeformat(size)}"
 
 
 class Archive:

@@ -21,6 +21,7 @@ import logging
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import ngettext
 
 from .. import bulk, capabilities, heads, mementos, storage, tracking, uris, versions
 from ..conf import app_settings
@@ -386,7 +387,8 @@ def describe(resource_set):
     packages = resource_set.changedump_packages.filter(archived__isnull=True).order_by("-number")
     if not packages:
         return None
-    return f"{len(packages)} package(s), the latest until {packages[0].until:%Y-%m-%d %H:%M:%S}Z"
+    count = ngettext("%(n)d package", "%(n)d packages", len(packages)) % {"n": len(packages)}
+    return f"{count}, the latest until {packages[0].until:%Y-%m-%d %H:%M:%S}Z"
 
 
 def notice(resource_set):

@@ -13,6 +13,8 @@ URIs: ``changelist.xml`` (the open list, or the index) and ``changelist/<number>
 import hashlib
 import io
 
+from django.utils.translation import ngettext
+
 from .. import capabilities, heads, tracking, uris
 from ..served import Served
 from ..tracking.changelog import NAME, close_due, part_name, render_list
@@ -95,7 +97,11 @@ def published(resource_set):
 def describe(resource_set):
     """What the admin says of it."""
     lists = resource_set.changelists.filter(archived__isnull=True).count()
-    return f"{resource_set.changes.count()} change(s) in {lists} list(s)" if lists else None
+    if not lists:
+        return None
+    changes = resource_set.changes.count()
+    return (ngettext("%(n)d change", "%(n)d changes", changes) % {"n": changes} + " "
+            + ngettext("in %(n)d list", "in %(n)d lists", lists) % {"n": lists})
 
 
 def notice(resource_set):

@@ -8,6 +8,8 @@ fetching a topic after a thin ping expect. What is announced, and when, is
 :mod:`django_resourcesync.push`'s part.
 """
 
+from django.utils.translation import ngettext
+
 from .. import uris
 from ..models import Notification, Subscription
 from ..push import payloads
@@ -56,4 +58,5 @@ def describe(resource_set):
     """What the admin says of it."""
     subscribers = Subscription.objects.filter(resource_set=resource_set).count()
     sent = Notification.objects.filter(resource_set=resource_set).count()
-    return f"{subscribers} subscription(s); {sent} notification(s) kept"
+    return (ngettext("%(n)d subscription", "%(n)d subscriptions", subscribers) % {"n": subscribers} + "; "
+            + ngettext("%(n)d notification kept", "%(n)d notifications kept", sent) % {"n": sent})

@@ -7,6 +7,7 @@ import uuid
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import ngettext
 
 from .. import capabilities, storage, tracking, uris
 from ..exceptions import BuildAbandoned
@@ -179,7 +180,9 @@ def describe_build(resource_set, capability):
     build = current_build(resource_set, capability)
     if build is None:
         return None
-    return f"{build.entries} entries in {build.documents} file(s), at {build.at:%Y-%m-%d %H:%M:%S}Z"
+    entries = ngettext("%(n)d entry", "%(n)d entries", build.entries) % {"n": build.entries}
+    files = ngettext("in %(n)d file", "in %(n)d files", build.documents) % {"n": build.documents}
+    return f"{entries} {files}, at {build.at:%Y-%m-%d %H:%M:%S}Z"
 
 
 def published_at(resource_set, capability):
