@@ -199,7 +199,7 @@ def timed(what, *command, env, cwd=ROOT):
     return code
 
 
-NEWEST_PYTHON, NEWEST_DJANGO = "3.13", "Django>=6.0,<6.1"
+NEWEST_PYTHON, NEWEST_DJANGO = "3.13", "Django>=6.1,<6.2"
 # What the suite needs of the checkout besides the package (which comes from the wheel).
 SUITE_FILES = ("tests", "example_project", "docs", "manage.py", "dev.py", "setup.cfg", "pyproject.toml", "tox.ini", "README.md")
 

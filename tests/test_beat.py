@@ -2,6 +2,7 @@
 django-celery-beat (the ``beat`` extra), picked up by its DatabaseScheduler."""
 
 import datetime
+import importlib.util
 import re
 from pathlib import Path
 
@@ -13,7 +14,12 @@ from django.utils import timezone
 from example_project.celery import app
 
 ROOT = Path(__file__).resolve().parents[1]
-pytest.importorskip("django_celery_beat")
+# django-celery-beat is the ``beat`` extra, not part of ``dev``: its latest release holds Django
+# below 6.1. The documented schedule is tested without it.
+needs_beat = pytest.mark.skipif(
+    importlib.util.find_spec("django_celery_beat") is None,
+    reason="django-celery-beat (the beat extra) is not installed; it supports Django 5.2 and 6.0",
+)
 
 
 def registered_tasks():
@@ -49,6 +55,7 @@ def test_the_documented_and_the_example_schedules_name_tasks_the_workers_run():
 
 # The scheduler commits and closes its database connection between ticks, as beat does: not
 # inside a test's transaction.
+@needs_beat
 @pytest.mark.django_db(transaction=True)
 def test_a_periodic_task_added_in_the_admin_is_run_by_the_database_scheduler(admin_client):
     from django_celery_beat.models import IntervalSchedule, PeriodicTask

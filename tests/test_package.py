@@ -102,21 +102,101 @@ def test_the_distributions_pass_twine_check(distributions):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_the_metadata_claims_what_is_tested():
-    """The classifiers, python_requires and tox's environments name the same versions."""
+def setup_cfg():
     import configparser
 
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
-    classifiers = config["metadata"]["classifiers"].split("\n")
-    pythons = sorted(c.rsplit(" ", 1)[1] for c in classifiers if c.startswith("Programming Language :: Python :: 3."))
-    djangos = sorted(c.rsplit(" ", 1)[1] for c in classifiers if c.startswith("Framework :: Django :: "))
+    return config
+
+
+def requirement_lines(text):
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def version_key(version):
+    return tuple(int(part) for part in version.split("."))
+
+
+def claimed_versions():
+    """``(pythons, djangos)`` the classifiers name, oldest first."""
+    classifiers = setup_cfg()["metadata"]["classifiers"].split("\n")
+    pythons = [c.rsplit(" ", 1)[1] for c in classifiers if c.startswith("Programming Language :: Python :: 3.")]
+    djangos = [c.rsplit(" ", 1)[1] for c in classifiers if c.startswith("Framework :: Django :: ")]
+    return sorted(pythons, key=version_key), sorted(djangos, key=version_key)
+
+
+def tox_environments():
+    """tox's envlist, its braces expanded: ``{"py311-django52", ...}``."""
+    import re
+
+    def expand(text):
+        brace = re.search(r"{([^{}]*)}", text)
+        if brace is None:
+            return {text.strip()}
+        return {e for choice in brace.group(1).split(",") for e in expand(text[:brace.start()] + choice + text[brace.end():])}
+
+    line = (ROOT / "tox.ini").read_text().split("envlist =", 1)[1].split("\n", 1)[0]
+    return {env for factor in re.split(r",(?![^{]*})", line) for env in expand(factor)}
+
+
+def test_the_metadata_claims_what_is_tested():
+    """The classifiers, python_requires, tox's environments, the docs and the wheel pass of
+    dev.py name the same versions of Python and Django."""
+    import importlib.util
+
+    from packaging.requirements import Requirement
+
+    config = setup_cfg()
+    pythons, djangos = claimed_versions()
     assert config["options"]["python_requires"] == f">={pythons[0]}"
+    (django,) = [Requirement(line) for line in requirement_lines(config["options"]["install_requires"])
+                 if Requirement(line).name == "Django"]
+    assert str(django.specifier) == f">={djangos[0]}"
     tox = (ROOT / "tox.ini").read_text()
+    environments = tox_environments()
     for python in pythons:
-        assert f"{python.replace('.', '')}" in tox.split("envlist =", 1)[1].split("\n", 1)[0], python
-    for django in djangos:
-        assert f"django{django.replace('.', '')}: Django>={django}" in tox, django
+        assert any(env.startswith(f"py{python.replace('.', '')}-") for env in environments), python
+    for version in djangos:
+        major, minor = version_key(version)
+        assert f"django{major}{minor}: Django>={version},<{major}.{minor + 1}" in tox, version
+        assert any(env.endswith(f"-django{major}{minor}") for env in environments), version
+    assert {env.split("-")[0] for env in environments} == {f"py{p.replace('.', '')}" for p in pythons}
+    # The newest of each, together: the suite's pass on the app installed from a wheel.
+    spec = importlib.util.spec_from_file_location("dev_script", ROOT / "dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    major, minor = version_key(djangos[-1])
+    assert (dev.NEWEST_PYTHON, dev.NEWEST_DJANGO) == (pythons[-1], f"Django>={djangos[-1]},<{major}.{minor + 1}")
+    assert f"py{pythons[-1].replace('.', '')}-django{major}{minor}" in environments
+    readme = (ROOT / "README.md").read_text()
+    assert f"on Python {pythons[-1]} and Django {djangos[-1]}" in readme
+    install = (ROOT / "docs" / "install.rst").read_text().split("Requirements\n", 1)[1].split("\n\n", 2)[1]
+    assert f"* Python {', '.join(pythons[:-1])} or {pythons[-1]};" in install, install
+    assert f"* Django {djangos[0]} LTS, {', '.join(djangos[1:-1])} or {djangos[-1]}" in install, install
+
+
+def test_the_dev_extra_installs_with_every_django_the_app_supports():
+    """Nothing the development tools bring holds Django below a version the app claims (as
+    django-celery-beat 2.9 does below 6.1: it is the ``beat`` extra, not part of ``dev``)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    config = setup_cfg()
+    lines = requirement_lines(config["options"]["install_requires"])
+    lines += requirement_lines(config["options.extras_require"]["dev"])
+    _pythons, djangos = claimed_versions()
+    holding = []
+    for name in installed_closure(lines):
+        for line in metadata.requires(name) or []:
+            requirement = Requirement(line)
+            if requirement.name.lower() != "django" or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
+                continue
+            holding += [(name, str(requirement.specifier), v) for v in djangos if not requirement.specifier.contains(f"{v}.0")]
+    assert not holding, holding
+    dev = [Requirement(line).name for line in requirement_lines(config["options.extras_require"]["dev"])]
+    assert "django-celery-beat" not in dev
 
 
 def test_a_minimal_project_with_the_app_checks_and_serves_its_source_description(tmp_path):
@@ -165,29 +245,30 @@ def test_a_minimal_project_with_the_app_checks_and_serves_its_source_description
     assert 'capability="description"' in body and "<urlset" in body
 
 
-def runtime_requirements():
-    """The distributions a plain ``pip install django-resourcesync`` brings: those setup.cfg
-    requires (no extra), and theirs, as installed here."""
-    import configparser
+def installed_closure(lines):
+    """The distributions that the requirements ``lines`` bring, and theirs (with the extras they
+    ask for), as installed here."""
     from importlib import metadata
 
     from packaging.requirements import Requirement
 
-    config = configparser.ConfigParser()
-    config.read(ROOT / "setup.cfg")
-    wanted = [line for line in config["options"]["install_requires"].splitlines() if line and not line.startswith("#")]
+    wanted = [(line, {""}) for line in lines]
     found, seen = set(), set()
     while wanted:
-        requirement = Requirement(wanted.pop())
-        name = requirement.name.lower().replace("_", "-")
-        if name in seen or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
+        line, extras = wanted.pop()
+        requirement = Requirement(line)
+        if requirement.marker and not any(requirement.marker.evaluate({"extra": extra}) for extra in extras):
             continue
-        seen.add(name)
+        name = requirement.name.lower().replace("_", "-")
+        if (name, frozenset(requirement.extras)) in seen:
+            continue
+        seen.add((name, frozenset(requirement.extras)))
         try:
-            wanted += metadata.requires(name) or []
+            requires = metadata.requires(name) or []
         except metadata.PackageNotFoundError:
             continue
         found.add(name)
+        wanted += [(dependency, {"", *requirement.extras}) for dependency in requires]
     return found
 
 
@@ -199,7 +280,7 @@ def test_every_module_the_app_imports_as_it_loads_comes_with_a_plain_install():
     from importlib import metadata
 
     providers = metadata.packages_distributions()
-    installed = runtime_requirements()
+    installed = installed_closure(requirement_lines(setup_cfg()["options"]["install_requires"]))
     missing = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.parse(path.read_text()).body:
