@@ -1,0 +1,2 @@
+python manage.py makemigrations library
+python manage.py migrate
