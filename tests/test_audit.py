@@ -79,6 +79,27 @@ def test_a_file_changed_in_place_with_the_same_size_is_reported_and_nothing_else
     assert len(report.problems) == 2 and not AuditReport.objects.filter(resource_set=source["metadata"]).first().problems
 
 
+def test_what_changed_since_the_resource_list_is_checked_against_the_change_list(source):
+    """A Destination takes the Resource List, then the Change List's entries after it: an item
+    edited or made private since the last rebuild is no problem; bytes changed behind both are."""
+    from example_project.repository.models import Item
+
+    edited, hidden = Item.objects.filter(is_public=True).order_by("pk")[:2]
+    edited.title = "Edited after the rebuild"
+    edited.save()
+    hidden.is_public = False
+    hidden.save()
+    code, lines = run("--all")
+    assert code == 0 and problems(lines) == [], lines
+    changed = ItemFile.objects.filter(item=edited).order_by("pk").first()
+    path = Path(changed.file.path)
+    path.write_bytes(b"y" + path.read_bytes())
+    ItemFile.objects.filter(pk=changed.pk).update(name=changed.name)  # no signal: the Change List says nothing
+    code, lines = run("--all")
+    uri = Resource.objects.get(resource_set=source["bitstreams"], object_pk=str(changed.pk)).uri
+    assert code == 1 and problems(lines) and all(line.startswith(f"PROBLEM {uri}: ") for line in problems(lines)), lines
+
+
 def test_a_document_edited_behind_the_apps_back_is_reported(source):
     document = Document.objects.get(
         resource_set=source["metadata"], name="resourcelist.xml", build__status=Build.Status.PUBLISHED

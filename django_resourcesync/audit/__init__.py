@@ -26,6 +26,7 @@ import urllib.error
 import urllib.request
 import zipfile
 from dataclasses import dataclass, field
+from datetime import datetime
 from urllib.parse import urljoin, urlsplit
 
 from .. import capabilities
@@ -164,11 +165,14 @@ class Auditor:
                                      "stale copy from a cache or proxy in front of it)")
         return doc
 
-    def with_parts(self, uri, capability, *, up=None):
-        """The entries of the document ``uri`` and, if it is an index, of each of its parts."""
+    def with_parts(self, uri, capability, *, up=None, roots=None):
+        """The entries of the document ``uri`` and, if it is an index, of each of its parts
+        (and the root ``rs:md`` of ``uri`` appended to ``roots``, if given)."""
         doc = self.document(uri, capability, up=up)
         if doc is None:
             return []
+        if roots is not None:
+            roots.append(rules.md(doc) or {})
         if not rules.is_index(doc):
             return rules.entries(doc)
         found = []
@@ -205,18 +209,25 @@ class Auditor:
         doc = self.document(uri, capabilities.CAPABILITYLIST, up=description)
         if doc is None:
             return
+        listed, changed = [], {}  # the Resource Lists (entries, at), and the latest change of each URI
         for entry in rules.entries(doc):
             name, target = (rules.md(entry) or {}).get("capability"), rules.loc(entry)
             if not name or not target or name.endswith("-notification"):
                 continue  # a notification channel is a topic, not a document to read
-            found = self.with_parts(target, name, up=uri)
+            roots = []
+            found = self.with_parts(target, name, up=uri, roots=roots)
             if name == capabilities.RESOURCELIST:
-                self.resources(found)
+                listed.append((found, roots[0].get("at") if roots else None))
+            elif name == capabilities.CHANGELIST:
+                changed.update((rules.loc(change), rules.md(change) or {}) for change in found)  # oldest first
             elif name in (capabilities.RESOURCEDUMP, capabilities.CHANGEDUMP):
                 manifest = (capabilities.RESOURCEDUMP_MANIFEST if name == capabilities.RESOURCEDUMP
                             else capabilities.CHANGEDUMP_MANIFEST)
                 for package in found[: self.package_sample] if self.package_sample is not None else found:
                     self.package(package, manifest)
+        # As a Destination takes them: the Resource List, then what changed after its ``at``.
+        for found, at in listed:
+            self.resources(found, _since(changed, at))
 
     def _sampled(self, found):
         if self.sample is None or len(found) <= self.sample:
@@ -224,18 +235,26 @@ class Auditor:
         step = len(found) / self.sample
         return [found[int(number * step)] for number in range(self.sample)]
 
-    def resources(self, found):
+    def resources(self, found, changes=None):
+        """Fetch a sample of the listed resources and compare their bytes with what is said of
+        them: by the Resource List, or by the latest entry of the Change List after it
+        (``changes``, ``{uri: rs:md}``); one deleted since is not fetched."""
         sampled = self._sampled(found)
         discovered = []
+        changes = changes or {}
         for entry in sampled:
-            uri, meta = rules.loc(entry), rules.md(entry) or {}
+            uri, meta, said = rules.loc(entry), rules.md(entry) or {}, "listed"
+            if uri in changes:
+                meta, said = changes[uri], f"{changes[uri].get('change', 'changed')} since"
+                if meta.get("change") == "deleted":
+                    continue
             try:
                 size, headers, digests = self.hashed(uri)
             except _Failed as exc:
-                self.report.problem(uri, f"listed, but {exc}")
+                self.report.problem(uri, f"{said}, but {exc}")
                 continue
             self.report.count("resources")
-            self._compare(uri, meta, size, digests, "listed")
+            self._compare(uri, meta, size, digests, said)
             discovered.append((uri, _resourcesync_links(headers.get_all("Link") or [])))
         wanted = self.discovery if self.discovery is not None else any(targets for _uri, targets in discovered)
         if wanted:
@@ -439,3 +458,22 @@ def audit_sets(*, sample=20, schemas=None):
         for line in report.lines():
             (logger.warning if line.startswith("PROBLEM") else logger.info)("%s: %s", resource_set.slug, line)
     return found
+
+
+def _since(changed, at):
+    """``{uri: rs:md}`` of the latest changes ``changed`` made after ``at`` (all of them when
+    the Resource List gives no ``at``, and a change that gives no ``datetime``)."""
+    moment = _moment(at)
+    found = {}
+    for uri, meta in changed.items():
+        when = _moment(meta.get("datetime"))
+        if moment is None or when is None or when > moment:
+            found[uri] = meta
+    return found
+
+
+def _moment(value):
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
