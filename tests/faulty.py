@@ -53,6 +53,7 @@ from django_resourcesync.models import (
     ResourceSet,
     Version,
 )
+from django_resourcesync.tracking import outbox
 from example_project.repository.models import Collection, Item, ItemFile
 from tests.xmlcheck import RS, SM, check_document, entries, link, md
 
@@ -569,7 +570,11 @@ class Driver:
         return sorted(ResourceSet.objects.values_list("slug", flat=True))
 
     def change(self, seed):
-        return change_site(random.Random(seed))
+        done = change_site(random.Random(seed))
+        # The site's process processes its changes on a thread (the embedded mode): they are
+        # done before the test goes on, as they were when they were processed in the saves.
+        assert outbox.dispatcher.flush(timeout=120), "the changes were processed"
+        return done
 
     def state(self):
         return {
