@@ -243,3 +243,23 @@ def test_a_save_returns_before_its_changes_are_processed(embedded, seed, monkeyp
     finally:
         release.set()
     assert outbox.dispatcher.flush(timeout=60) and done.is_set()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_changes_keep_the_order_they_were_made_in_whoever_writes_their_rows(embedded, seed):
+    """A save in autocommit hands its pending change to the thread, which writes it a little
+    later; a deletion (Django deletes in a transaction) writes its own at once, so with a key
+    lower than the save's. The Change List tells of them in the order they were made."""
+    seed(2)
+    metadata = demo_set("metadata")
+    tracking.refresh(metadata)
+    first, second = Item.objects.filter(is_public=True).order_by("pk")[:2]
+    first_pk, second_pk = first.pk, second.pk
+    first.title = "Saved first"
+    first.save()
+    second.delete()
+    assert outbox.dispatcher.flush(timeout=60)
+    events = list(ChangeEvent.objects.filter(resource_set=metadata, object_pk__in=[str(first_pk), str(second_pk)])
+                  .order_by("id").values_list("object_pk", "change", "datetime"))
+    assert [(pk, change) for pk, change, _ in events] == [(str(first_pk), "updated"), (str(second_pk), "deleted")]
+    assert events[0][2] < events[1][2]

@@ -199,6 +199,7 @@ class Dispatcher:
         self._stamps = {}  # using -> {token: {source: keys}} of committed saves whose sets are to be noted
         self._sources = {}  # task -> source names
         self._busy = False
+        self._writing = None  # when the oldest save was made of the rows being written now
         self._thread = None
 
     def submit(self, task, *, rows=None, using=None, sources=(), saved=None):
@@ -217,6 +218,15 @@ class Dispatcher:
                 self._thread = threading.Thread(target=self._run, name="resourcesync-dispatch", daemon=True)
                 self._thread.start()
         self._wake.set()
+
+    def held_since(self):
+        """When the oldest save was made whose pending change this process holds, not yet
+        written (``None`` if none): a change recorded since must be processed after it."""
+        with self._lock:
+            times = [row[4] for rows in self._rows.values() for row in rows]
+            if self._writing is not None:
+                times.append(self._writing)
+        return min(times, default=None)
 
     def pending(self):
         with self._lock:
@@ -262,12 +272,14 @@ class Dispatcher:
             rows, stamps, sources = self._rows, self._stamps, self._sources
             self._rows, self._stamps, self._sources = {}, {}, {}
             self._busy = bool(rows or stamps or sources)
+            self._writing = min((row[4] for held in rows.values() for row in held), default=None)
         try:
             if rows or stamps or sources:
                 self._deliver(rows, stamps, sources)
         finally:
             with self._lock:
                 self._busy = False
+                self._writing = None
                 self._done.notify_all()
 
     def _deliver(self, rows, stamps, sources):
@@ -278,6 +290,8 @@ class Dispatcher:
                 logger.error(
                     "%d pending changes of %s could not be written; the next reconcile finds them", len(using_rows), names
                 )
+        with self._lock:
+            self._writing = None  # written (or given up): the changes recorded since may be processed
         for using, saved in stamps.items():
             # Before their processing is queued: a worker that is up finds them noted.
             if not self._attempt("note which sets list the objects saved", stamp_transactions, using, saved):

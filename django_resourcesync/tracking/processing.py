@@ -11,6 +11,7 @@ from .. import bulk, sharing, versions
 from ..conf import app_settings
 from ..models import PendingChange, PreparedEntry, ResourceSet
 from ..sources import registry
+from . import outbox
 from .locks import is_tracked
 from .writer import UNREAD, ChangeCounts, History, SetWriter
 
@@ -51,6 +52,12 @@ def process_pending(source_names=None, *, batch_size=None, parallel=False):
         ahead = prepare_in_parts(source, sets) if parallel else Ahead()
         broken = set()  # sets whose changes could not be written in this run
         rows = PendingChange.objects.filter(Q(resource_set__isnull=True) | Q(resource_set__in=enabled), source=name)
+        held = outbox.dispatcher.held_since()
+        if held is not None:
+            # Saves of this process whose rows the dispatcher is about to write were made
+            # before the rows recorded since: those wait for the round that writes them, so
+            # that the changes are written in the order they were made.
+            rows = rows.filter(recorded__lt=held)
         try:
             _write_batches(name, source, sets, rows, batch_size, ahead, broken, counts)
         finally:
@@ -237,7 +244,9 @@ def histories(source, pending):
             continue
         affected = source.affected_by_each(model, _unique_keys(row.object_pk for row in rows))
         changes.extend((row.id, str(key), row) for row in rows for key in affected.get(row.object_pk, ()))
-    changes.sort(key=lambda change: change[0])
+    # In the order they were made: a save in autocommit is written a little after its commit
+    # (by the dispatcher thread), so a change made after it may have a lower key.
+    changes.sort(key=lambda change: (change[2].recorded, change[0]))
     found, last = {}, {}
     for _id, key, row in changes:
         history, before = found.get(key), last.get(key)
@@ -254,7 +263,7 @@ def histories(source, pending):
             known = before.sets is not None and before.noted is not None and before.noted < row.recorded
             history.earlier.append((before.recorded, before.id, {**before.state, "sets": before.sets if known else []}))
         history.time, history.seq = row.recorded, row.id
-    return dict(sorted(found.items(), key=lambda item: item[1].seq))
+    return dict(sorted(found.items(), key=lambda item: (item[1].time, item[1].seq)))
 
 
 def _apply(resource_set, source, pending, batch_size, counts):

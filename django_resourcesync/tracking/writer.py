@@ -183,6 +183,14 @@ class Change:
         )
 
 
+def _made(change):
+    """Where ``change`` goes in the order the changes were made: those found now (by a
+    reconcile: no time, no place) first, as they come; the others by their time, then place."""
+    if change.datetime is None:
+        return (0,)
+    return (1, change.datetime, change.seq)
+
+
 @dataclass(slots=True)
 class History:
     """What the pending changes of one object say of it: when the newest was made (``time``,
@@ -349,7 +357,7 @@ class SetWriter:
             if self.keeping:
                 self._keep_missing(changes, objects)
             # In the order they were made (a stable sort: changes found now keep theirs).
-            self.log.append(sorted(changes, key=lambda change: change.seq))
+            self.log.append(sorted(changes, key=_made))
 
     # -- the bytes of each change (the version store) ------------------------------------
 
