@@ -1,6 +1,7 @@
 """System checks: every misconfiguration a site owner can make, reported with a hint."""
 
 import re
+import sys
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
@@ -365,8 +366,12 @@ def check_tasks(app_configs=None, **kwargs):
                  'that answers, and runs them in the process otherwise.',
             id="resourcesync.E030",
         )]
-    current = running.mode()
-    messages = [Info(f"ResourceSync tasks run {MODE_NAMES[current.name]}: {current.reason}.", id="resourcesync.I001")]
+    messages = []
+    if _run_by_the_check_command():
+        # Said by ``manage.py check`` only: every other command runs the checks too, and would
+        # print it before its own output.
+        current = running.mode()
+        messages.append(Info(f"ResourceSync tasks run {MODE_NAMES[current.name]}: {current.reason}.", id="resourcesync.I001"))
     try:
         # One indexed query, even where Django runs no database check (plain ``check``,
         # ``runserver``): a stalled processing is what a site owner must hear of first.
@@ -381,6 +386,19 @@ def check_tasks(app_configs=None, **kwargs):
             id="resourcesync.W016",
         ))
     return messages
+
+
+def _run_by_the_check_command():
+    """Whether these checks run for Django's ``check`` command (``manage.py check`` or
+    ``call_command("check")``)."""
+    from django.core.management.commands.check import Command
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if isinstance(frame.f_locals.get("self"), Command):
+            return True
+        frame = frame.f_back
+    return False
 
 
 #: How I001 names each mode.
