@@ -695,11 +695,20 @@ def _refuse(execute, sql, params, many, context):
     )
 
 
+def _refuse_connecting():
+    _refuse(None, None, None, None, None)
+
+
 @contextmanager
 def _no_queries():
+    """Neither a query nor a connection (the database may not be there yet: ``migrate``,
+    ``check`` before it is created)."""
     with ExitStack() as stack:
         for connection in connections.all():
             stack.enter_context(connection.execute_wrapper(_refuse))
+            if connection.connection is None:
+                connection.ensure_connection = _refuse_connecting
+                stack.callback(vars(connection).pop, "ensure_connection", None)
         yield
 
 
