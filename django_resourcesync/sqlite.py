@@ -18,7 +18,12 @@ A site that sets ``"transaction_mode"``, ``"timeout"``, or a ``journal_mode`` in
 ``"init_command"`` keeps its own choice for it.
 """
 
+import logging
+import sqlite3
+
 from django.db.backends.signals import connection_created
+
+logger = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_SECONDS = 30
 
@@ -46,10 +51,18 @@ def tune(sender, connection, **kwargs):
     options = _options(connection)
     if "transaction_mode" not in options:
         connection.transaction_mode = "IMMEDIATE"
+    raw = connection.connection
     if "timeout" not in options:
-        connection.connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_SECONDS * 1000}")
-    if "journal_mode" not in str(options.get("init_command") or "").lower():
-        connection.connection.execute("PRAGMA journal_mode = WAL")
+        raw.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_SECONDS * 1000}")
+    if "journal_mode" in str(options.get("init_command") or "").lower():
+        return
+    try:
+        # The mode is kept in the file: switched once (which needs the database to itself),
+        # then only read.
+        if str(raw.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+            raw.execute("PRAGMA journal_mode = WAL")
+    except sqlite3.Error as exc:  # a read-only file, a busy database: it keeps its journal
+        logger.warning("SQLite database %s keeps its journal mode: %s", connection.settings_dict.get("NAME"), exc)
 
 
 def connect():
