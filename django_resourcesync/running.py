@@ -18,6 +18,7 @@ force (``resourcesync.I001``), and the admin shows it.
 """
 
 import logging
+import re
 import socket
 import threading
 import time
@@ -93,7 +94,7 @@ def mode():
         return Mode(EMBEDDED, "no Celery app is configured")
     if app.conf.task_always_eager:
         return Mode(EAGER, f"the Celery app {app.main!r} runs tasks in the calling process (task_always_eager)")
-    url = app.conf.broker_url
+    url = _joined(app.conf.broker_url)
     if chosen == CELERY:
         return Mode(CELERY, f"RESOURCESYNC['TASKS'] is \"celery\" (broker {_safe(url)})")
     if not url:
@@ -103,15 +104,37 @@ def mode():
     return Mode(CELERY, f"the Celery app {app.main!r} sends tasks to the broker {_safe(url)}")
 
 
+def _joined(url):
+    """The broker URL as one string: Celery takes a list of fail-over brokers too, or the same
+    joined by ``;``."""
+    if isinstance(url, (list, tuple)):
+        return ";".join(str(one) for one in url)
+    return str(url) if url else ""
+
+
+_probing = set()  # the URLs a thread is asking now
+
+
 def broker_answers(url):
-    """Whether something listens at the broker's host and port (checked at most every
-    :data:`BROKER_TTL` seconds). A transport with no host (``memory://``, a file system) answers."""
+    """Whether something listens at one of the broker's hosts and ports (asked at most every
+    :data:`BROKER_TTL` seconds, by one thread at a time: the others take the last answer, or
+    "answers" before the first). A transport with no host (``memory://``) answers."""
     now = time.monotonic()
     with _lock:
         known = _broker.get(url)
-    if known is not None and now - known[0] < BROKER_TTL:
-        return known[1]
-    answers = _listens(url)
+        if known is not None and (now - known[0] < BROKER_TTL or url in _probing):
+            return known[1]
+        if url in _probing:
+            return True
+        _probing.add(url)
+    try:
+        answers = any(_listens(one) for one in _brokers(url))
+    except Exception:  # whatever the lookup raises, a save must not fail on it
+        logger.warning("Could not tell whether the Celery broker %s answers", _safe(url), exc_info=True)
+        answers = True
+    finally:
+        with _lock:
+            _probing.discard(url)
     with _lock:
         _broker[url] = (now, answers)
     if not answers:
@@ -119,13 +142,18 @@ def broker_answers(url):
     return answers
 
 
+def _brokers(url):
+    return [one.strip() for one in url.split(";") if one.strip()]
+
+
 def _listens(url):
-    first = str(url).split(";")[0].strip()  # a list of fail-over brokers: the first
-    parts = urlsplit(first)
+    parts = urlsplit(url)
     try:
         host, port = parts.hostname, parts.port or DEFAULT_PORTS.get(parts.scheme)
     except ValueError:
         return False
+    if port and not host:
+        host = "localhost"  # "amqp://", "redis://": the transport's default host
     if not host or not port:
         return True
     try:
@@ -136,11 +164,17 @@ def _listens(url):
 
 
 def _safe(url):
-    """The broker's URL without its password."""
-    parts = urlsplit(str(url))
+    """The broker's URLs without their passwords."""
+    return ";".join(_without_password(one) for one in _brokers(_joined(url)))
+
+
+def _without_password(url):
+    parts = urlsplit(url)
     if parts.password:
         netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
         parts = parts._replace(netloc=netloc)
+    if "password=" in parts.query:
+        parts = parts._replace(query=re.sub(r"(password=)[^&]*", r"\1***", parts.query))
     return parts.geturl()
 
 
