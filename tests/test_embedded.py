@@ -76,6 +76,15 @@ def test_the_mode_follows_the_site_s_celery_app(settings, monkeypatch, embedded)
         running.forget()
         found = running.mode()
         assert found.name == running.CELERY and "secret" not in found.reason
+    # Fail-over brokers, as a list or joined by ";": any that answers will do; no password shown.
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        conf.broker_url = [f"amqp://u:first@127.0.0.1:{closed_port()}//",
+                           f"amqp://u:second@127.0.0.1:{listening.getsockname()[1]}//"]
+        running.forget()
+        found = running.mode()
+        assert found.name == running.CELERY and "first" not in found.reason and "second" not in found.reason
     conf.task_always_eager = True
     assert running.mode().name == running.EAGER
     settings.RESOURCESYNC = {**settings.RESOURCESYNC, "TASKS": "embedded"}
@@ -270,3 +279,30 @@ def test_changes_keep_the_order_they_were_made_in_whoever_writes_their_rows(embe
                   .order_by("id").values_list("object_pk", "change", "datetime"))
     assert [(pk, change) for pk, change, _ in events] == [(str(first_pk), "updated"), (str(second_pk), "deleted")]
     assert events[0][2] < events[1][2]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_flush_that_times_out_writes_the_changes_it_still_holds(embedded, seed, monkeypatch):
+    """A process that exits while its thread processes a long batch: the saves made meanwhile
+    are written as pending changes (for the next run), not lost with the process."""
+    seed(1)
+    release = threading.Event()
+    process = tracking.process_pending
+
+    def slow(*args, **kwargs):
+        release.wait(30)
+        return process(*args, **kwargs)
+
+    monkeypatch.setattr(tracking, "process_pending", slow)
+    item = Item.objects.first()
+    try:
+        item.title = "first"
+        item.save()  # its processing holds the thread
+        time.sleep(0.3)
+        item.title = "second"
+        item.save()  # held by the dispatcher behind it
+        assert outbox.dispatcher.flush(timeout=0.5) is False
+        saves = PendingChange.objects.filter(source="metadata", object_pk=str(item.pk), state__isnull=False)
+        assert saves.count() == 2, "the save the thread had not taken is written too"
+    finally:
+        release.set()

@@ -199,7 +199,7 @@ class Dispatcher:
         self._stamps = {}  # using -> {token: {source: keys}} of committed saves whose sets are to be noted
         self._sources = {}  # task -> source names
         self._busy = False
-        self._writing = None  # when the oldest save was made of the rows being written now
+        self._writing = {}  # source -> when its oldest save was made, of the rows being written now
         self._thread = None
 
     def submit(self, task, *, rows=None, using=None, sources=(), saved=None):
@@ -219,13 +219,14 @@ class Dispatcher:
                 self._thread.start()
         self._wake.set()
 
-    def held_since(self):
-        """When the oldest save was made whose pending change this process holds, not yet
-        written (``None`` if none): a change recorded since must be processed after it."""
+    def held_since(self, source_name):
+        """When the oldest save of the source ``source_name`` was made whose pending change this
+        process holds, not yet written (``None`` if none): a change of the source recorded since
+        must be processed after it."""
         with self._lock:
-            times = [row[4] for rows in self._rows.values() for row in rows]
-            if self._writing is not None:
-                times.append(self._writing)
+            times = [row[4] for rows in self._rows.values() for row in rows if row[0] == source_name]
+            if source_name in self._writing:
+                times.append(self._writing[source_name])
         return min(times, default=None)
 
     def pending(self):
@@ -233,23 +234,33 @@ class Dispatcher:
             return bool(self._rows or self._stamps or self._sources or self._busy)
 
     def flush(self, timeout=10.0):
-        """Wait until everything handed over is written and queued; False on timeout. On the
-        thread itself (a task it ran in the embedded mode has ended): nothing to wait for, as
-        the thread goes on to what arrived meanwhile once the task returns."""
+        """Wait until everything handed over is written and queued; False on timeout, when the
+        pending changes the thread has not taken yet are written here (the thread is busy, with
+        a long processing in the embedded mode, say: a process that exits must not lose them;
+        they are processed by the next run). On the thread itself (a task it ran in the
+        embedded mode has ended): nothing to wait for, as the thread goes on to what arrived
+        meanwhile once the task returns."""
         if threading.current_thread() is self._thread:
             return True
         deadline = time.monotonic() + timeout
+        held = None
         with self._lock:
             while self._rows or self._stamps or self._sources or self._busy:
                 if self._thread is None or not self._thread.is_alive():
                     break  # nothing left to do it (the interpreter is going down): do it here
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return False
+                    held, self._rows = self._rows, {}
+                    break
                 self._wake.set()
                 self._done.wait(remaining)
             else:
                 return True
+        if held is not None:
+            for using, rows in held.items():
+                if self._attempt(f"write {len(rows)} pending changes", self._write, using, with_memberships(rows)):
+                    logger.warning("%d pending changes written at exit; their processing waits for the next run", len(rows))
+            return False
         self._round()
         return not self.pending()
 
@@ -272,14 +283,16 @@ class Dispatcher:
             rows, stamps, sources = self._rows, self._stamps, self._sources
             self._rows, self._stamps, self._sources = {}, {}, {}
             self._busy = bool(rows or stamps or sources)
-            self._writing = min((row[4] for held in rows.values() for row in held), default=None)
+            self._writing = {}
+            for row in (row for held in rows.values() for row in held):
+                self._writing[row[0]] = min(row[4], self._writing.get(row[0], row[4]))
         try:
             if rows or stamps or sources:
                 self._deliver(rows, stamps, sources)
         finally:
             with self._lock:
                 self._busy = False
-                self._writing = None
+                self._writing = {}
                 self._done.notify_all()
 
     def _deliver(self, rows, stamps, sources):
@@ -291,7 +304,7 @@ class Dispatcher:
                     "%d pending changes of %s could not be written; the next reconcile finds them", len(using_rows), names
                 )
         with self._lock:
-            self._writing = None  # written (or given up): the changes recorded since may be processed
+            self._writing = {}  # written (or given up): the changes recorded since may be processed
         for using, saved in stamps.items():
             # Before their processing is queued: a worker that is up finds them noted.
             if not self._attempt("note which sets list the objects saved", stamp_transactions, using, saved):

@@ -52,7 +52,7 @@ def process_pending(source_names=None, *, batch_size=None, parallel=False):
         ahead = prepare_in_parts(source, sets) if parallel else Ahead()
         broken = set()  # sets whose changes could not be written in this run
         rows = PendingChange.objects.filter(Q(resource_set__isnull=True) | Q(resource_set__in=enabled), source=name)
-        held = outbox.dispatcher.held_since()
+        held = outbox.dispatcher.held_since(name)
         if held is not None:
             # Saves of this process whose rows the dispatcher is about to write were made
             # before the rows recorded since: those wait for the round that writes them, so
