@@ -312,3 +312,17 @@ def test_the_schemas_the_app_ships_refuse_an_invalid_document_and_accept_a_valid
     found = rules.schema_problems(rules.read(index.replace(b"<sitemap>", b"<url>").replace(b"</sitemap>", b"</url>")),
                                   rules.SCHEMAS)
     assert found and "url" in found[0]
+
+
+def test_changes_since_a_resource_list_are_read_with_any_w3c_datetime():
+    """Another Source may date with a day alone or no offset (UTC), and list its changes in
+    any order: the latest of each resource after the Resource List's ``at`` counts."""
+    from django_resourcesync.audit import _since
+
+    changed = {
+        "http://example.org/a": {"change": "updated", "datetime": "2024-01-02"},
+        "http://example.org/b": {"change": "updated", "datetime": "2023-12-31T10:00:00"},
+        "http://example.org/c": {"change": "deleted", "datetime": "2024-01-01T00:00:01+01:00"},
+    }
+    assert set(_since(changed, "2024-01-01T00:00:00Z")) == {"http://example.org/a"}
+    assert set(_since(changed, None)) == set(changed)

@@ -26,7 +26,7 @@ import urllib.error
 import urllib.request
 import zipfile
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from urllib.parse import urljoin, urlsplit
 
 from .. import capabilities
@@ -219,7 +219,11 @@ class Auditor:
             if name == capabilities.RESOURCELIST:
                 listed.append((found, roots[0].get("at") if roots else None))
             elif name == capabilities.CHANGELIST:
-                changed.update((rules.loc(change), rules.md(change) or {}) for change in found)  # oldest first
+                for change in found:  # the latest of each URI, whatever order the lists give
+                    where, meta = rules.loc(change), rules.md(change) or {}
+                    before = changed.get(where)
+                    if before is None or (_moment(meta.get("datetime")) or _EPOCH) >= (_moment(before.get("datetime")) or _EPOCH):
+                        changed[where] = meta
             elif name in (capabilities.RESOURCEDUMP, capabilities.CHANGEDUMP):
                 manifest = (capabilities.RESOURCEDUMP_MANIFEST if name == capabilities.RESOURCEDUMP
                             else capabilities.CHANGEDUMP_MANIFEST)
@@ -472,8 +476,16 @@ def _since(changed, at):
     return found
 
 
+_EPOCH = datetime(1, 1, 1, tzinfo=timezone.utc)
+
+
 def _moment(value):
+    """A W3C datetime as an aware datetime (one without an offset, a date alone, taken as
+    UTC); ``None`` if it is none."""
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
     except ValueError:
         return None
+    if moment is not None and moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment
