@@ -39,6 +39,8 @@ def tuned(connection):
 
 def takes_the_lock_at_begin(connection):
     """Whether a transaction of ``connection`` (SQLite) takes the write lock when it begins."""
+    if connection.connection is not None:  # open: as it was opened (before the app was ready, say)
+        return str(connection.transaction_mode or "").upper() in ("IMMEDIATE", "EXCLUSIVE")
     options = _options(connection)
     if "transaction_mode" in options:
         return str(options["transaction_mode"] or "").upper() in ("IMMEDIATE", "EXCLUSIVE")
