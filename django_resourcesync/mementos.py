@@ -7,15 +7,19 @@ A set that publishes prior versions (``ResourceSet.prior_versions``, with the ve
   ``updated`` change left, at the datetime of that change) serves exactly those bytes, with the
   type they had, as an immutable resource (``ETag`` the sha-256, cacheable for a day), with
   ``Memento-Datetime`` and links to its original resource, TimeGate and TimeMap;
-- each resource's **TimeMap** (``/resourcesync/<slug>/timemap/<key>``, ``application/link-format``)
-  lists its mementos, oldest first;
+- each listed resource's **TimeMap** (``/resourcesync/<slug>/timemap/<key>``,
+  ``application/link-format``) names its original resource and TimeGate, then lists its
+  mementos, oldest first: none yet for a resource that has not changed since the log started;
 - its **TimeGate** (``/resourcesync/<slug>/timegate/<key>``) answers ``Accept-Datetime`` with a
   302 to the memento of that time (the latest made at or before it; the first, for a time
-  before every memento; the latest, with no ``Accept-Datetime``).
+  before every memento; the latest, with no ``Accept-Datetime``); with no memento, to the
+  original resource, whose current state is then the only one there is.
 
 Change List and Change Dump manifest entries link their memento (``rel="memento"`` with the
 version's ``modified``, ``hash``, ``length`` and ``type``, as Example 29), the TimeGate and the
-TimeMap; Resource List entries link the TimeGate and the TimeMap.
+TimeMap; Resource List entries link the TimeGate and the TimeMap. The TimeMap and TimeGate of a
+listed resource answer from its first listing, changed or not: every entry may link them, with
+no query to know whether its resource has a memento yet.
 
 What is served is what the set publishes now: a resource that left the set (deleted, made
 private, filtered out) has no memento, TimeMap or TimeGate any more, and the store forgets its
@@ -196,12 +200,12 @@ def timemap(request, slug, key):
     resource_set = _publishing_set(request, slug)
     record = _listed(resource_set, key)
     found = _mementos(resource_set, key)
-    if not found:
-        raise Http404("This resource has no prior versions")
+    # A listed resource has a TimeMap from its first listing (its Resource List entry links it),
+    # mementos or not: "from" and "until" are those of its mementos, if it has some.
+    span = f';from="{http_date(found[0][0].timestamp())}";until="{http_date(found[-1][0].timestamp())}"' if found else ""
     lines = [
         f'<{record.uri}>;rel="original"',
-        f'<{timemap_uri(resource_set, key)}>;rel="self";type="{LINK_FORMAT}"'
-        f';from="{http_date(found[0][0].timestamp())}";until="{http_date(found[-1][0].timestamp())}"',
+        f'<{timemap_uri(resource_set, key)}>;rel="self";type="{LINK_FORMAT}"{span}',
         f'<{timegate_uri(resource_set, key)}>;rel="timegate"',
     ]
     uri = memento_uris(resource_set, key)
@@ -229,13 +233,17 @@ def timegate(request, slug, key):
                                           "Tue, 20 Jun 2023 18:02:59 GMT\n", content_type="text/plain")
     found = _mementos(resource_set, key)
     if not found:
-        raise Http404("This resource has no prior versions")
-    chosen = found[-1]
-    if wanted:
-        # Datetimes in HTTP are whole seconds: a memento made within the second asked for counts.
-        earlier = [m for m in found if m[0].replace(microsecond=0) <= wanted]
-        chosen = earlier[-1] if earlier else found[0]
-    response = HttpResponseRedirect(memento_uri(resource_set, key, chosen[0]))
+        # Not changed since the log started (or its changes have left it): its current state,
+        # which the original resource serves, is the only one there is, whatever the datetime.
+        location = record.uri
+    else:
+        chosen = found[-1]
+        if wanted:
+            # Datetimes in HTTP are whole seconds: a memento made within the second asked for counts.
+            earlier = [m for m in found if m[0].replace(microsecond=0) <= wanted]
+            chosen = earlier[-1] if earlier else found[0]
+        location = memento_uri(resource_set, key, chosen[0])
+    response = HttpResponseRedirect(location)
     response["Vary"] = "accept-datetime"
     response["Link"] = (
         f'<{record.uri}>; rel="original", <{timemap_uri(resource_set, key)}>; rel="timemap"; type="{LINK_FORMAT}"'

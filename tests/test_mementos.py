@@ -3,6 +3,7 @@ the exact bytes of that version; the TimeMap lists them; the TimeGate picks one 
 
 import email.utils
 import hashlib
+import re
 import time
 
 import pytest
@@ -92,6 +93,70 @@ def test_resource_list_entries_link_their_timegate_and_timemap(rewritten):
     rebuild_set(resource_set)
     listed = resource_list_entries(resource_set)
     assert listed and all(link(e, "timegate") and link(e, "timemap") for e in listed)
+    # Every one of them answers, for the resources changed since the log started or not.
+    for entry in listed:
+        assert fetch(path_of(link(entry, "timemap")))[0] == 200, link(entry, "timemap")
+        assert fetch(path_of(link(entry, "timegate")))[0] == 302, link(entry, "timegate")
+
+
+def timemap_links(body):
+    """``[(uri, rel)]`` of an application/link-format TimeMap, in order."""
+    return re.findall(r'<([^>]*)>;rel="([^"]*)"', body.decode())
+
+
+def test_a_resource_listed_but_not_changed_has_a_timemap_and_timegate_from_its_first_listing(
+    seed, committing, documents_storage
+):
+    resource_set = publish_versions(seed, committing, 2)
+    [entry, *_] = resource_list_entries(resource_set)
+    uri = entry.find(f"{{{SM}}}loc").text
+    timemap, timegate = path_of(link(entry, "timemap")), path_of(link(entry, "timegate"))
+
+    # RFC 7089 section 5: the original resource, the TimeMap itself and the TimeGate; no
+    # memento yet, so no "from" and "until" either.
+    status, body, response = fetch(timemap)
+    assert status == 200 and response["Content-Type"] == "application/link-format"
+    assert timemap_links(body) == [(uri, "original"), (link(entry, "timemap"), "self"), (link(entry, "timegate"), "timegate")]
+    assert "from=" not in body.decode() and "until=" not in body.decode()
+
+    # The TimeGate answers for any datetime with the only state there is: the current one.
+    for headers in ({}, {"Accept-Datetime": "Tue, 20 Jun 2023 18:02:59 GMT"}):
+        status, _body, response = fetch(timegate, **headers)
+        assert status == 302 and response["Location"] == uri
+        assert response["Vary"] == "accept-datetime"
+        assert f'<{uri}>; rel="original"' in response["Link"] and f'<{link(entry, "timemap")}>; rel="timemap"' in response["Link"]
+        assert fetch(path_of(response["Location"]))[0] == 200
+    assert fetch(timegate, **{"Accept-Datetime": "yesterday at noon"})[0] == 400
+
+    # Its first change is its first memento, the current state's: the TimeMap lists it, and the
+    # TimeGate sends there.
+    upload = ItemFile.objects.get(pk=resource_set.resources.get(uri=uri).object_pk)
+    with committing():
+        upload.file.save("changed.txt", ContentFile(b"its first change"))
+    [changed] = change_entries(resource_set, uri)
+    memento = next(ln["href"] for ln in links(changed) if ln["rel"] == "memento")
+    assert (memento, "first last memento") in timemap_links(fetch(timemap)[1])
+    status, _body, response = fetch(timegate)
+    assert status == 302 and response["Location"] == memento
+    assert fetch(path_of(memento))[:2] == (200, b"its first change")
+
+
+def test_no_timemap_or_timegate_for_what_the_set_does_not_list(seed, committing, documents_storage):
+    from django_resourcesync import tracking
+
+    resource_set = publish_versions(seed, committing, 2)
+    [entry, *_] = resource_list_entries(resource_set)
+    record = resource_set.resources.get(uri=entry.find(f"{{{SM}}}loc").text)
+    item = ItemFile.objects.get(pk=record.object_pk).item_id
+    with committing():  # made private, never changed before
+        Item.objects.filter(pk=item).update(is_public=False)
+        tracking.changed(Item.objects.filter(pk=item))
+    assert not resource_set.resources.filter(object_pk=record.object_pk).exists()
+    for path in (path_of(link(entry, "timemap")), path_of(link(entry, "timegate"))):
+        assert fetch(path)[0] == 404, path
+    for key in ("999999", "no such key"):  # never listed
+        assert fetch(f"/resourcesync/{resource_set.slug}/timemap/{key}")[0] == 404
+        assert fetch(f"/resourcesync/{resource_set.slug}/timegate/{key}")[0] == 404
 
 
 def test_a_resource_made_private_has_no_memento_timemap_or_timegate_any_more(rewritten, committing):
