@@ -178,7 +178,9 @@ def test_the_change_list_archive_keeps_lists_that_left_the_index_and_serves_them
     assert live.tag == f"{{{SM}}}urlset" and md(live)["from"] == w3c(third.from_time)
     assert resource_set.changelists.filter(archived__isnull=False).count() == 2
     listed = archive(resource_set, "changelist")
-    assert [loc.rsplit("/", 1)[1] for loc, _meta in listed] == ["1.xml", "2.xml", f"{third.number}.xml"]
+    # The open list, alone in the log, is changelist.xml there and here.
+    assert [loc.rsplit("/", 1)[1] for loc, _meta in listed] == ["1.xml", "2.xml", "changelist.xml"]
+    assert third.number == 3 and listed[2][1]["from"] == w3c(third.from_time)
     assert listed[0][1]["until"] and listed[0][1]["from"] <= listed[0][1]["until"]
     assert fetch(path_of(listed[0][0]))[1] == before
     # Past the archive's own retention, it goes, with its file.
@@ -213,8 +215,10 @@ def test_the_change_dump_archive_keeps_packages_past_retention_until_they_hold_w
     assert package.archived is not None and package.keys == [str(item.pk)]
     assert fetch(f"/resourcesync/{resource_set.slug}/changedump.xml")[0] == 404  # no live package left
     [(loc, meta)] = archive(resource_set, "changedump")
-    assert meta["from"] and meta["until"] and meta["type"] == "application/zip"
-    assert fetch(path_of(loc))[1] == zipped
+    assert meta["from"] and meta["until"]
+    # A Change Dump of its own, listing the package.
+    [entry] = entries(check_document(fetch(path_of(loc))[1], "changedump"))
+    assert fetch(path_of(entry.find(f"{{{SM}}}loc").text))[1] == zipped
     # Its item is made private: the package is withdrawn, from the archive too.
     with committing():
         item.is_public = False
@@ -337,3 +341,94 @@ def test_a_change_list_that_went_to_the_archive_is_served_when_no_list_is_left_i
     status, body, _ = fetch(path_of(loc))
     assert status == 200
     check_document(body, "changelist")
+
+
+def test_a_destination_merging_the_change_list_index_and_its_archive_reads_each_change_once(
+    seed, committing, documents_storage, settings
+):
+    """The paper's Change List Archive gives "access to both the current and previous Change
+    Lists": the current one is listed under the URI the Change List capability gives it."""
+    resource_set = metadata_with_changelist_archive(seed, committing, settings)
+    first, second = Item.objects.order_by("pk")[:2]
+    main = f"http://testserver/resourcesync/{resource_set.slug}/changelist.xml"
+
+    def merged():
+        doc = check_document(fetch(path_of(main))[1], "changelist")
+        indexed = [e.find(f"{{{SM}}}loc").text for e in entries(doc)] if doc.tag == f"{{{SM}}}sitemapindex" else [main]
+        listed = [loc for loc, _meta in archive(resource_set, "changelist")]
+        seen = []
+        for uri in dict.fromkeys(indexed + listed):
+            status, body, _ = fetch(path_of(uri))
+            assert status == 200, uri
+            seen += [(e.find(f"{{{SM}}}loc").text, md(e)["datetime"]) for e in entries(check_document(body, "changelist"))]
+        return indexed, listed, seen
+
+    retitle(first, "A change of the only list", committing)
+    indexed, listed, seen = merged()
+    assert listed == indexed == [main], "one list, the open one: one URI"
+    assert len(seen) == len(set(seen)) == resource_set.changes.count()
+    # A second list: changelist.xml is an index, and the archive names the lists as it does.
+    with committing():
+        age_the_log(resource_set, days=0)
+    retitle(second, "A change of the second list", committing)
+    indexed, listed, seen = merged()
+    assert listed == indexed and len(indexed) == 2
+    assert len(seen) == len(set(seen)) == resource_set.changes.count()
+
+
+def test_the_change_dump_archive_lists_change_dumps_whose_every_link_resolves(
+    seed, committing, documents_storage, settings
+):
+    """The paper's Change Dump Archive links to "Change Dumps that cover previous time periods":
+    one Change Dump for each package that left changedump.xml, then changedump.xml itself."""
+    import io
+    import zipfile
+
+    from django_resourcesync.builders import changedump
+
+    from .xmlcheck import link
+
+    resource_set = metadata_with_changelist_archive(seed, committing, settings)
+    resource_set.capabilities = [*resource_set.capabilities, "changedump", "changedump-archive"]
+    resource_set.save()
+    first, second = Item.objects.filter(is_public=True).order_by("pk")[:2]
+    retitle(first, "Packed, then archived", committing)
+    with committing():
+        changedump.package_changes(resource_set)
+        age_the_log(resource_set, days=31)
+    retitle(second, "Packed, still in the Change Dump", committing)
+    with committing():
+        changedump.package_changes(resource_set)
+    base = f"http://testserver/resourcesync/{resource_set.slug}/"
+    listed = archive(resource_set, "changedump")
+    assert [loc for loc, _meta in listed] == [base + "changedump-archive/1.xml", base + "changedump.xml"]
+    packages = []
+    for uri, meta in listed:
+        status, body, _ = fetch(path_of(uri))
+        assert status == 200, uri
+        dump = check_document(body, "changedump")
+        assert {k: md(dump).get(k) for k in ("from", "until")} == {k: meta.get(k) for k in ("from", "until")}
+        assert fetch(path_of(link(dump, "up")))[0] == 200
+        for entry in entries(dump):
+            package = entry.find(f"{{{SM}}}loc").text
+            status, zipped, _ = fetch(path_of(package))
+            assert status == 200, package
+            status, manifest, _ = fetch(path_of(link(entry, "contents")))
+            assert status == 200
+            check_document(manifest, "changedump-manifest")
+            check_document(zipfile.ZipFile(io.BytesIO(zipped)).read("manifest.xml"), "changedump-manifest")
+            packages.append(package)
+    # Merged with changedump.xml, every package is read once.
+    assert packages == [base + "changedump/1.zip", base + "changedump/2.zip"]
+    assert fetch(f"/resourcesync/{resource_set.slug}/changedump-archive/2.xml")[0] == 404, "2 is in changedump.xml"
+    # Past the entry limit, an index of parts listing the same Change Dumps.
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 1}
+    status, body, _ = fetch(f"/resourcesync/{resource_set.slug}/changedump-archive.xml")
+    index = check_document(body, "changedump-archive")
+    assert status == 200 and index.tag == f"{{{SM}}}sitemapindex"
+    parts = [check_document(fetch(path_of(e.find(f"{{{SM}}}loc").text))[1], "changedump-archive") for e in entries(index)]
+    assert [e.find(f"{{{SM}}}loc").text for part in parts for e in entries(part)] == [loc for loc, _meta in listed]
+    # The admin's account of it.
+    from django_resourcesync.builders.archive import changedump as changedump_archive
+
+    assert changedump_archive.describe(resource_set).startswith("2 documents in the archive")

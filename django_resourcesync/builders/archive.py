@@ -10,9 +10,17 @@ and a Resource List Archive): ``resourcelist-archive``, ``resourcedump-archive``
   documents it links to (the parts of an index, the packages of a dump) keep their URIs.
 - **Changes**: Change Lists and Change Dump packages that leave the live log (past
   ``CHANGELIST_RETENTION``) stay, out of the Change List Index and the Change Dump, as long as
-  ``ARCHIVE_RETENTION`` says (see ``close_due`` in :mod:`~django_resourcesync.tracking.changelog`);
-  the archive lists all those the set keeps, live ones too, oldest first, with ``from`` and
-  ``until``, at their own URIs.
+  ``ARCHIVE_RETENTION`` says (see ``close_due`` in :mod:`~django_resourcesync.tracking.changelog`).
+  Each archive lists what the paper says it links to, oldest first, with ``from`` and ``until``:
+
+  - the Change List Archive, "both the current and previous Change Lists": every list the set
+    keeps, each at the one URI a Destination meets it at elsewhere (``changelist/<n>.xml``, but
+    ``changelist.xml`` for the list that is alone in the log, which that URI serves), so that
+    merging the archive with the Change List Index gives each list, and each change, once;
+  - the Change Dump Archive, "Change Dumps that cover previous time periods": for each package
+    that left ``changedump.xml``, a Change Dump of its own, ``changedump-archive/<n>.xml``,
+    listing it, then ``changedump.xml`` itself (the current Change Dump, with its ``from``), so
+    that every package kept is in exactly one of the Change Dumps it lists.
 
 What leaves an archive leaves storage. Past ``MAX_ENTRIES_PER_DOCUMENT`` entries an archive is
 an index of parts (``<capability>-archive/part-<n>.xml``). An archive is published only while
@@ -29,25 +37,39 @@ from django.utils.translation import ngettext
 
 from .. import capabilities, heads, uris
 from ..conf import app_settings
-from ..models import Build, ChangeList, Document
+from ..models import Build, ChangeDumpPackage, ChangeList, Document
 from ..served import GONE, Served
 from ..tracking import changelog
 from ..xml.writer import DocumentWriter, url_element, w3c_datetime
 from . import changedump as changedumps
+from . import changelist as changelists
 
 ARCHIVED = capabilities.ARCHIVES
-_MEMBER = re.compile(r"^(?P<build>[0-9]+)\.xml$")
+_MEMBER = re.compile(r"^(?P<number>[0-9]+)\.xml$")
 _PART = re.compile(r"^part-(?P<number>[0-9]+)\.xml$")
 
 
+class _CurrentDump:
+    """The set's Change Dump as it is now, ``changedump.xml``: the Change Dump Archive's last entry."""
+
+    def __init__(self, from_time, changed):
+        self.from_time, self.changed = from_time, changed
+
+
 def _kept(resource_set, capability):
-    """What the set keeps of ``capability``, oldest first: builds of a snapshot (the published
-    one too), every Change List (those that left the index too), every Change Dump package (but
-    those withdrawn)."""
+    """What the archive of ``capability`` lists, oldest first: builds of a snapshot (the
+    published one too), every Change List (those that left the index too), the packages that
+    left the Change Dump (but those withdrawn) and then the Change Dump."""
     if capability == capabilities.CHANGELIST:
         return list(resource_set.changelists.order_by("number"))
     if capability == capabilities.CHANGEDUMP:
-        return list(resource_set.changedump_packages.filter(withdrawn__isnull=True).order_by("number"))
+        kept = list(
+            resource_set.changedump_packages.filter(withdrawn__isnull=True, archived__isnull=False).order_by("number")
+        )
+        current = changedumps.current_from(resource_set)
+        if current is not None:
+            kept.append(_CurrentDump(current, changedumps.published(resource_set)))
+        return kept
     return list(
         Build.objects.filter(resource_set=resource_set, capability=capability,
                              status__in=[Build.Status.PUBLISHED, Build.Status.RETIRED]).order_by("pk")
@@ -60,21 +82,36 @@ def _changed(member):
         return member.finished or member.at
     if isinstance(member, ChangeList):
         return member.last_datetime or member.from_time
+    if isinstance(member, _CurrentDump):
+        return member.changed
     return member.written
 
 
-def _entry(resource_set, archive, member):
+def _alone(resource_set):
+    """The pk of the Change List that is alone in the set's log, if one is: ``changelist.xml``
+    is that list itself (no index), and the Change List capability names it so."""
+    live = list(resource_set.changelists.filter(archived__isnull=True).values_list("pk", flat=True)[:2])
+    return live[0] if len(live) == 1 else None
+
+
+def _entry(resource_set, archive, member, alone=None):
     if isinstance(member, Build):
         md = {"at": w3c_datetime(member.at), "completed": w3c_datetime(member.completed) if member.completed else None}
         return url_element(uris.document_uri(resource_set, member_name(archive, member)), md=md)
     if isinstance(member, ChangeList):
         md = {"from": w3c_datetime(member.from_time), "until": w3c_datetime(member.until) if member.until else None}
-        return url_element(uris.document_uri(resource_set, changelog.part_name(member.number)), md=md)
-    return changedumps.package_entry(resource_set, member)
+        name = changelists.NAME if member.pk == alone else changelog.part_name(member.number)
+        return url_element(uris.document_uri(resource_set, name), md=md)
+    if isinstance(member, _CurrentDump):
+        return url_element(uris.document_uri(resource_set, changedumps.NAME), md={"from": w3c_datetime(member.from_time)})
+    md = {"from": w3c_datetime(member.from_time), "until": w3c_datetime(member.until)}
+    return url_element(uris.document_uri(resource_set, member_name(archive, member)), md=md)
 
 
-def member_name(archive, build):
-    return f"{capabilities.get(archive).folder}/{build.pk}.xml"
+def member_name(archive, member):
+    """``<archive>/<n>.xml``: a build's id, an archived Change Dump package's number."""
+    number = member.number if isinstance(member, ChangeDumpPackage) else member.pk
+    return f"{capabilities.get(archive).folder}/{number}.xml"
 
 
 def part_name(archive, number):
@@ -83,8 +120,9 @@ def part_name(archive, number):
 
 def _render(resource_set, archive, members, *, index=False):
     writer = DocumentWriter()
+    alone = _alone(resource_set) if ARCHIVED[archive] == capabilities.CHANGELIST else None
     for member in members:
-        writer.add(_entry(resource_set, archive, member))
+        writer.add(_entry(resource_set, archive, member, alone))
     md, links = heads.head(resource_set, archive, indexed_by=archive if index else None)
     out = io.BytesIO()
     writer.finish(out, md=md, links=links)
@@ -117,14 +155,27 @@ def render(resource_set, archive, name):
     return None
 
 
+def _archived_dump(resource_set, number):
+    """The Change Dump of the archived package ``number`` (410 once withdrawn)."""
+    package = resource_set.changedump_packages.filter(number=number, archived__isnull=False).first()
+    if package is None or not resource_set.has_capability(capabilities.CHANGEDUMP):
+        return None  # (the packages it would list are served only with the Change Dump)
+    if package.withdrawn is not None:
+        return GONE
+    return Served.rendered(*changedumps.archived_dump(resource_set, package))
+
+
 def serve(resource_set, name, archive):
-    """The archive document ``name``, or an archived document (``<build>.xml``): the bytes its
-    build published (410 once withdrawn)."""
-    member = _MEMBER.match(name.removeprefix(capabilities.get(archive).folder + "/"))
-    if member and name.startswith(capabilities.get(archive).folder + "/"):
+    """The archive document ``name``, or an archived document (``<n>.xml``): the bytes a build
+    published, or the Change Dump of an archived package (410 once withdrawn)."""
+    folder = capabilities.get(archive).folder + "/"
+    member = _MEMBER.match(name.removeprefix(folder)) if name.startswith(folder) else None
+    if member and ARCHIVED[archive] == capabilities.CHANGEDUMP:
+        return _archived_dump(resource_set, int(member["number"]))
+    if member:
         document = (
             Document.objects.filter(
-                resource_set=resource_set, build_id=int(member["build"]), name=capabilities.get(ARCHIVED[archive]).document,
+                resource_set=resource_set, build_id=int(member["number"]), name=capabilities.get(ARCHIVED[archive]).document,
                 build__capability=ARCHIVED[archive], build__status__in=[Build.Status.PUBLISHED, Build.Status.RETIRED],
             ).first()
         )
@@ -158,8 +209,9 @@ def describe(resource_set, archive):
         size = sum(Document.objects.filter(build__in=kept, withdrawn__isnull=True).values_list("size", flat=True))
     elif isinstance(kept[0], ChangeList):
         size = sum(member.size for member in kept)
-    else:
-        size = sum(member.size + member.manifest_size for member in kept)
+    else:  # the packages of the Change Dumps it lists, those of changedump.xml too
+        packages = resource_set.changedump_packages.filter(withdrawn__isnull=True).values_list("size", "manifest_size")
+        size = sum(package + manifest for package, manifest in packages)
     documents = ngettext("%(n)d document", "%(n)d documents", len(kept)) % {"n": len(kept)}
     return f"{documents} in the archive (the current ones too), {filesizeformat(size)}"
 

@@ -281,6 +281,20 @@ def _dump_document(resource_set, packages, from_time, *, extended, index):
     return out.getvalue()
 
 
+def archived_dump(resource_set, package):
+    """``(bytes, last_modified)`` of the Change Dump of one package that has left
+    ``changedump.xml`` for the Change Dump Archive: a ``<urlset>`` with the package's ``from``
+    and ``until``, listing it with the entry ``changedump.xml`` gave it."""
+    return _dump_document(resource_set, [package], package.from_time, extended=False, index=False), package.written
+
+
+def current_from(resource_set):
+    """The ``from`` of ``changedump.xml`` (that of its oldest package, withdrawn ones too);
+    ``None`` while it has none (none cut yet, or all gone to the archive): it answers 404."""
+    oldest = resource_set.changedump_packages.filter(archived__isnull=True).order_by("number").first()
+    return None if oldest is None else oldest.from_time
+
+
 def render(resource_set, name=NAME):
     """``(bytes, last_modified)`` of the Change Dump (``changedump.xml``: the dump, or a Change
     Dump Index past ``MAX_ENTRIES_PER_DOCUMENT`` packages) or of one of its parts; ``None`` if
