@@ -432,3 +432,21 @@ def test_the_change_dump_archive_lists_change_dumps_whose_every_link_resolves(
     from django_resourcesync.builders.archive import changedump as changedump_archive
 
     assert changedump_archive.describe(resource_set).startswith("2 documents in the archive")
+
+
+@pytest.mark.parametrize("name", [
+    "resourcelist-archive/99999999999999999999999.xml", "resourcelist-archive/9223372036854775808.xml",
+    "changedump-archive/99999999999999999999999.xml", "resourcelist-archive/part-" + "9" * 5000 + ".xml",
+])
+def test_an_archived_document_number_past_any_id_is_a_404(seed, committing, settings, name):
+    from django.test import Client
+
+    resource_set = demo_set("metadata")
+    resource_set.capabilities = ["resourcelist", "changelist", "changedump", "resourcelist-archive", "changedump-archive"]
+    resource_set.save()
+    with committing():
+        seed(1)
+    rebuild_set(resource_set)
+    rebuild_set(resource_set)
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "MAX_ENTRIES_PER_DOCUMENT": 1}  # an archive in parts
+    assert Client(raise_request_exception=False).get(f"/resourcesync/{resource_set.slug}/{name}").status_code == 404

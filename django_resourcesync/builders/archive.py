@@ -45,8 +45,10 @@ from . import changedump as changedumps
 from . import changelist as changelists
 
 ARCHIVED = capabilities.ARCHIVES
-_MEMBER = re.compile(r"^(?P<number>[0-9]+)\.xml$")
-_PART = re.compile(r"^part-(?P<number>[0-9]+)\.xml$")
+# At most 18 digits: below any database's largest id (a larger number would fail the query,
+# and Python refuses to read a number of thousands of digits).
+_MEMBER = re.compile(r"^(?P<number>[0-9]{1,18})\.xml$")
+_PART = re.compile(r"^part-(?P<number>[0-9]{1,18})\.xml$")
 
 
 class _CurrentDump:
