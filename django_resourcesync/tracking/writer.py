@@ -122,8 +122,28 @@ def entry_values(source, obj, known=None, fingerprint=None, read=None):
         "encoding": entry.encoding or "",
         "fingerprint": fingerprint,
     }
-    values["entry_xml"] = resource_entry(**{name: values[name] for name in RENDERED_FIELDS})
+    values["entry_xml"] = rendered_entry(values)
     return values
+
+
+def rendered_entry(values):
+    """The ``<url>`` of a Resource List entry with the field values ``values``."""
+    return resource_entry(**{name: values[name] for name in RENDERED_FIELDS})
+
+
+def kept_lastmod(values, row):
+    """``values`` with the ``lastmod`` of the record ``row`` (its entry rendered again if that
+    differs): what is written for a change that makes no event. A resource's listed lastmod
+    moves only with a change the Change List records (see docs/changes.rst)."""
+    if values["lastmod"] == row["lastmod"]:
+        return values
+    values = {**values, "lastmod": row["lastmod"]}
+    values["entry_xml"] = row["entry_xml"] if _same_entry(values, row) else rendered_entry(values)
+    return values
+
+
+def _same_entry(values, row):
+    return all(values[name] == row[name] for name in RENDERED_FIELDS)
 
 
 def described_ahead(resource_set, objects, fingerprints, *, record_events):
@@ -312,7 +332,14 @@ class SetWriter:
                 # After saves it overtook, the state it left.
                 changes.append(Change.of(key, "updated", values, **when))
             else:
-                self.counts.unchanged += 1  # the same bytes, only lastmod, links or the like: no event
+                # The same bytes, only lastmod, links or the like: no event. Once the set's
+                # Change List is open, the listed lastmod stays the one its last event carried
+                # (a Destination that follows the Change List has that one); the record takes
+                # the rest, the fingerprint among it.
+                self.counts.unchanged += 1
+                if self.record_events:
+                    values = kept_lastmod(values, row)
+                    changed = [name for name, value in values.items() if row[name] != value]
             if changed:
                 writes[key] = values
         present = sum(1 for key in keys if objects[key] is not None)
