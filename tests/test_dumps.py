@@ -388,3 +388,37 @@ def test_the_progress_bar_shows_counts_and_rates_whole(monkeypatch):
     shown = bar.stream.getvalue()
     assert "250,000/1,000,000 100,000/s ETA 8s" in shown
     assert "1,000,000/1,000,000 200,000/s" in shown
+
+
+def test_the_changes_of_a_resource_that_left_the_set_are_left_out_of_the_package_and_counted(
+    seed, dumping, caplog, django_capture_on_commit_callbacks
+):
+    """Not listed without a bitstream: section 13.2 wants a path on every entry but a deletion's.
+    A Destination tells them from the Change List, where each is followed by the deletion."""
+    import logging
+
+    with django_capture_on_commit_callbacks(execute=True):
+        seed(3)
+    rebuild_set(dumping)  # baseline: starts the log
+    kept, leaving = ItemFile.objects.order_by("pk")[:2]
+    assert kept.item_id != leaving.item_id
+    with django_capture_on_commit_callbacks(execute=True):
+        leaving.file.save("v2.txt", ContentFile(b"bytes that are not public any more"), save=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        kept.file.save("v2.txt", ContentFile(b"bytes that stay public"), save=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        item = leaving.item
+        item.is_public = False
+        item.save()
+    caplog.set_level(logging.INFO, logger="django_resourcesync.builders.changedump")
+    package_changes(dumping)
+    _, ((manifest, meta, listed),) = unpack(dumping, "changedump")
+    gone, stays = "http://testserver" + leaving.get_absolute_url(), "http://testserver" + kept.get_absolute_url()
+    assert [item_md["change"] for item_md, _data in listed[gone]] == ["deleted"]
+    assert [data for _md, data in listed[stays]] == [b"bytes that stay public"]
+    # The Change List has both changes of the resource that left, in the package's interval.
+    changes = [md(e) for e in entries(check_document(fetch("/resourcesync/bitstreams/changelist.xml")[1], "changelist"))
+               if loc(e) == gone]
+    assert [c["change"] for c in changes] == ["updated", "deleted"]
+    assert all(meta["from"] <= c["datetime"] <= meta["until"] for c in changes)
+    assert "bitstreams Change Dump package 1: 1 change(s) of resources that have left the set are left out" in caplog.text

@@ -8,7 +8,11 @@ twice, with the bytes of each change, as the version store kept them when the ch
 processed (:mod:`django_resourcesync.versions`): the manifest's hashes are the Change List's. A
 change whose bytes were not kept (no longer to be had when it was processed, or the store is off)
 is packed with the resource's current bytes if they are still that change's, else left out.
-The bytes of a resource that has left the set are not packed (its deletion is in the log). The
+The bytes of a resource that has left the set are not packed (its deletion is in the log), and
+its ``created`` and ``updated`` changes are left out of the manifest too: section 13.2 wants a
+``path`` on every entry but a deletion's, so a change cannot be listed without its bitstream. A
+deviation from section 13.2 ("bitstream for all resource changes that occurred during the
+specified interval must be included"), kept for privacy and documented in docs/dumps.rst. The
 Change Dump lists the packages oldest first with ``from`` and ``until`` each, and has no
 ``until`` itself: it is extended as packages follow.
 
@@ -110,19 +114,21 @@ def _cut(resource_set, number, events, from_time, until, *, replacing=None):
     try:
         keys = {event.object_pk for event in events if event.change != "deleted"}
         # Only the bytes of resources still in the set: one that left it is withdrawn from
-        # every package (its changes stay in the Change List, with its deletion).
+        # every package (its changes stay in the Change List, with its deletion). Its created
+        # and updated changes are not listed either: an entry without a path is a deletion's.
         present = set(
             bulk.filter_in(Resource.objects.filter(resource_set=resource_set), "object_pk", keys)
             .values_list("object_pk", flat=True)
         )
         current = _Current(source, resource_set, present)
         linking = versions.publishes(resource_set)
-        left_out = 0
+        left_out = departed = 0
         for event in events:
             md = {"change": event.change, "datetime": w3c_datetime(event.datetime)}
             links = ()
             if event.change != "deleted":
                 if event.object_pk not in present:
+                    departed += 1
                     continue
                 found = versions.open_bytes(event.sha256) if event.sha256 else None
                 if found is not None and linking:  # a prior version: its memento, as the Change List links it
@@ -142,6 +148,9 @@ def _cut(resource_set, number, events, from_time, until, *, replacing=None):
         if left_out:
             logger.warning("%s Change Dump package %d: %d change(s) whose bytes are not kept are left out",
                            resource_set.slug, number, left_out)
+        if departed:  # as it should be: no longer public
+            logger.info("%s Change Dump package %d: %d change(s) of resources that have left the set are left out",
+                        resource_set.slug, number, departed)
         if replacing is not None:
             packer.open()  # the package is there again, empty if nothing of it is left
         packer.finish(md={"from": w3c_datetime(from_time), "until": w3c_datetime(until)})
