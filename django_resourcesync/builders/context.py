@@ -62,12 +62,14 @@ class BuildContext:
 
     def write(self, name, writer, *, md, links=(), at=None, completed=None, keep=None, replace=False):
         """Finish a :class:`~django_resourcesync.xml.writer.DocumentWriter` into storage as
-        ``name``. ``keep``, a binary file, also receives the document (a manifest that goes into
-        a package too), without the stylesheet instruction the published copy may have (see
-        ``DocumentWriter.finish``). ``replace`` first deletes a file left under that name (by an
-        attempt at a part that was killed before it recorded it), so the name stays the same."""
+        ``name``. ``keep``, a binary file, also receives the document, byte for byte (a manifest,
+        which goes into its package too: section 13.1 has the Source ensure that both match, so
+        a manifest names no stylesheet, which a browser could not fetch from an unpacked ZIP
+        anyway; a person opening the published copy reads its page, see :mod:`..pages`).
+        ``replace`` first deletes a file left under that name (by an attempt at a part that was
+        killed before it recorded it), so the name stays the same."""
         with storage.scratch_file() as tmp:
-            writer.finish(tmp, md=md, links=links, bare=keep)
+            writer.finish(tmp, md=md, links=links, stylesheet=keep is None, copy=keep)
             if replace:
                 storage.get_storage().delete(self.storage_name(name))
             stored = storage.save_or_remove(self.storage_name(name), tmp)

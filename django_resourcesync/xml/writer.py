@@ -217,16 +217,15 @@ class DocumentWriter:
         self._pending = []
         self._pending_size = 0
 
-    def finish(self, fileobj, *, md, links=(), stylesheet=True, bare=None):
+    def finish(self, fileobj, *, md, links=(), stylesheet=True, copy=None):
         """Write the document into ``fileobj``; returns ``self``.
 
         Every document the app writes goes through here, so here its stylesheet is named: with
         ``stylesheet`` true (the default), the one of ``RESOURCESYNC["STYLESHEET"]``, if any, in
         an ``xml-stylesheet`` instruction after the XML declaration; a string names that one
-        instead; false, none (a notification's payload, which no browser opens). ``bare``, a
-        binary file, also receives the document, without the instruction (the manifest packed
-        into a dump: opened from a disk, where a browser would fetch no stylesheet and show an
-        empty page); ``size`` and ``sha256`` are those written into ``fileobj``.
+        instead; false, none (a notification's payload, which no browser opens; a manifest,
+        which is packed too). ``copy``, a binary file, also receives the document, byte for
+        byte (a manifest: the one packed, and the one published beside its package).
         """
         self._spill()
         href = stylesheet_href() if stylesheet is True else stylesheet or None
@@ -245,8 +244,8 @@ class DocumentWriter:
             digest.update(chunk)
             fileobj.write(chunk)
             size += len(chunk)
-            if bare is not None and chunk is not instruction:  # all but the instruction
-                bare.write(chunk)
+            if copy is not None:
+                copy.write(chunk)
         self._body.close()
         self.size, self.sha256 = size, digest.hexdigest()
         return self
