@@ -50,9 +50,10 @@ def request_uri(request):
         return None
 
 
-def _lookup_sql(connection):
-    """The lookup as one statement, made once per database: the ORM takes longer to build the
-    query than the database takes to answer it, on every response of the site."""
+def _lookup_sql(connection, count=1):
+    """The lookup of ``count`` URIs as one statement, made once per database and count: the ORM
+    takes longer to build the query than the database takes to answer it, on every response of
+    the site."""
     quote = connection.ops.quote_name
     resource, resource_set, build, changelist = Resource._meta, ResourceSet._meta, Build._meta, ChangeList._meta
 
@@ -67,11 +68,12 @@ def _lookup_sql(connection):
         f"AND b.{column(build, 'status')} = %s)"
     )
     logged = f"EXISTS (SELECT 1 FROM {quote(changelist.db_table)} c WHERE c.{column(changelist, 'resource_set')} = s.{set_id})"
-    # The URI is looked for in each set's records, a probe of their (set, URI) index a set: a
-    # join would let a database that has not analyzed the tables scan every record instead.
+    # The URI is looked for in each set's records, a probe of their (set, URI) index a set and
+    # URI: a join would let a database that has not analyzed the tables scan every record instead.
+    uri = "= %s" if count == 1 else f"IN ({', '.join(['%s'] * count)})"
     listed = (
         f"EXISTS (SELECT 1 FROM {quote(resource.db_table)} r WHERE r.{column(resource, 'resource_set')} = s.{set_id} "
-        f"AND r.{column(resource, 'uri')} = %s)"
+        f"AND r.{column(resource, 'uri')} {uri})"
     )
     return (
         f"SELECT s.{column(resource_set, 'slug')}, s.{column(resource_set, 'capabilities')}, {built}, {logged} "
@@ -101,16 +103,19 @@ def _capability_list_uri(slug, base_url, urlconf, script_prefix):
 
 
 def capability_lists_for(uri):
-    """The URIs of the Capability Lists of the enabled sets whose records list ``uri``: one
-    query, on the index of each set's records' URIs."""
-    if not uri:
+    """The URIs of the Capability Lists of the enabled sets whose records list ``uri``, or any of
+    a list of URIs (the forms of one request's URI): one query, on the index of each set's
+    records' URIs."""
+    found = [uri] if isinstance(uri, str) else [each for each in uri or () if each]
+    if not found or not all(found):
         return []
     connection = connections[router.db_for_read(Resource)]
-    sql = _statements.get(connection.alias)
+    key = (connection.alias, len(found))
+    sql = _statements.get(key)
     if sql is None:
-        sql = _statements[connection.alias] = _lookup_sql(connection)
+        sql = _statements[key] = _lookup_sql(connection, len(found))
     with connection.cursor() as cursor:
-        cursor.execute(sql, [Build.Status.PUBLISHED, uri, True, access.TOKEN])
+        cursor.execute(sql, [Build.Status.PUBLISHED, *found, True, access.TOKEN])
         slugs = [slug for slug, offered, built, logged in cursor.fetchall() if _publishes(offered, built, logged)]
     return [_capability_list_uri(slug, app_settings.BASE_URL, get_urlconf(), get_script_prefix()) for slug in slugs]
 
