@@ -19,11 +19,16 @@ import contextlib
 import functools
 import json
 import logging
+import re
+from urllib.parse import quote as url_quote
+from urllib.parse import unquote_to_bytes, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections, router, transaction
 from django.http import HttpResponse
 from django.urls import NoReverseMatch, get_script_prefix, get_urlconf
+from django.utils.encoding import repercent_broken_unicode
+from django.utils.http import RFC3986_SUBDELIMS
 from django.views.decorators.http import require_safe
 
 from . import access, capabilities, rendering, uris
@@ -39,15 +44,74 @@ REL = "resourcesync"
 LINKED_STATUSES = frozenset({200, 203, 206, 304})
 
 
-def request_uri(request):
-    """The request's URI as the sets' records write a resource's: ``BASE_URL`` and the path with
-    its query, percent-encoded; ``None`` when it could not be published (too long, say)."""
+# What Django's reverse() leaves unescaped in a path (RFC 3986's path characters but "%"): the
+# rest of a name's UTF-8 octets, "%" included, it writes as escapes in upper case.
+_PATH_KEPT = RFC3986_SUBDELIMS + "/:@"
+_KEPT_ONLY = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@/-]*")
+_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+
+
+def _upper_escapes(text):
+    """``%2a`` -> ``%2A``: escapes differ in case only are the same octet (RFC 3986, 6.2.2.1)."""
+    return _ESCAPE.sub(lambda m: m.group().upper(), text) if "%" in text else text
+
+
+def _raw_path(request):
+    """The path of the request's target as the client wrote it, escapes and all, where the server
+    passes it on (gunicorn ``RAW_URI``, uWSGI and mod_wsgi ``REQUEST_URI``, an ASGI server's
+    ``raw_path``) and it is the path Django decoded; else ``None``."""
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict):
+        raw = scope.get("raw_path")
+    else:
+        raw = request.META.get("RAW_URI") or request.META.get("REQUEST_URI")
+    if isinstance(raw, bytes):
+        raw = raw.decode("latin-1")
+    if not isinstance(raw, str) or not raw.isascii():
+        return None  # a client that sends bytes no URI has: the decoded path says it all
+    path = raw.partition("?")[0] if raw.startswith("/") else urlsplit(raw).path  # origin or absolute form
+    octets = unquote_to_bytes(path)
+    # Django decodes broken UTF-8 to escapes again (WSGI), an ASGI server to U+FFFD.
+    decoded = (repercent_broken_unicode(octets).decode(), octets.decode("utf-8", "replace"))
+    return path if request.path in decoded else None
+
+
+def request_uris(request):
+    """The URIs a set's records may list the request's resource under, each as the records write
+    a URI (``BASE_URL`` and the path with its query, percent-encoded), without repeats:
+
+    - the canonical one first: the path Django decoded, escaped as ``reverse()`` escapes a name,
+      so that each character is written one way whatever the client sent (``%`` as ``%25``,
+      ``~`` as itself, ``é`` as ``%C3%A9``), with the query as sent and with its escapes in
+      upper case;
+    - where the server passes on the request's target as the client wrote it, that path too,
+      as sent and with its escapes in upper case: for a source whose locations escape more than
+      ``reverse()`` does (``%3B`` for ``;``), which the decoded path cannot tell apart.
+
+    A form that could not be published (too long, a dot segment) is left out."""
     query = request.META.get("QUERY_STRING", "")
-    try:
-        # The decoded path, encoded as entries are (Django's own escaping differs: "=", ";").
-        return uris.absolute_uri(request.path + ("?" + query if query else ""))
-    except (UnpublishableResource, ValueError):
-        return None
+    query, upper_query = ("?" + query, "?" + _upper_escapes(query)) if query else ("", "")
+    path = request.path
+    canonical = path if _KEPT_ONLY.fullmatch(path) else url_quote(path.encode("utf-8", "surrogatepass"), safe=_PATH_KEPT)
+    forms = [canonical + upper_query, canonical + query]
+    raw = _raw_path(request)
+    if raw is not None:
+        forms += [raw + query, _upper_escapes(raw) + upper_query]
+    found = []
+    for form in dict.fromkeys(forms):
+        try:
+            uri = uris.absolute_uri(form)
+        except (UnpublishableResource, ValueError):
+            continue
+        if uri not in found:
+            found.append(uri)
+    return found
+
+
+def request_uri(request):
+    """The request's canonical URI (the first of :func:`request_uris`), or ``None`` when it could
+    not be published."""
+    return next(iter(request_uris(request)), None)
 
 
 def _lookup_sql(connection, count=1):
@@ -127,7 +191,7 @@ def capability_lists(request):
     if found is None:
         try:
             with _savepoint():
-                found = capability_lists_for(request_uri(request))
+                found = capability_lists_for(request_uris(request))
         except (DatabaseError, NoReverseMatch, ImproperlyConfigured):
             # The response stands without its links: never a 500 for them.
             logger.warning("No discovery links for %s: they could not be looked up", request.path, exc_info=True)
@@ -145,8 +209,8 @@ def capability_lists_of_object(request, obj):
     depends on the sets' configuration only, not on their records or builds, which come after the
     page is read (so a set's link is there before its first build is, as its resources are). A
     set that cannot say (its filter or source is broken) is left out, never a failed page."""
-    uri = request_uri(request)
-    if not uri:
+    forms = request_uris(request)
+    if not forms:
         return []
     concrete = type(obj)._meta.concrete_model
     found = []
@@ -157,7 +221,7 @@ def capability_lists_of_object(request, obj):
             if source.item_model._meta.concrete_model is not concrete:
                 continue
             with _savepoint():  # for the sets of the object's model only (the site's code may query)
-                if uris.absolute_uri(source._get("location", obj)) != uri:
+                if uris.absolute_uri(source._get("location", obj)) not in forms:
                     continue
                 listed = source.queryset(resource_set.lookups).filter(pk=obj.pk).exists()
             if listed:
@@ -165,7 +229,7 @@ def capability_lists_of_object(request, obj):
         except NotRegistered:
             continue
         except Exception:  # the source's own code or a broken filter: W004 and W007 report them
-            logger.warning("No discovery link to set %s for %s", resource_set.slug, uri, exc_info=True)
+            logger.warning("No discovery link to set %s for %s", resource_set.slug, forms[0], exc_info=True)
     return found
 
 

@@ -453,3 +453,193 @@ def test_the_source_description_is_split_by_its_bytes_too(published, settings):
         status, part, _ = fetch(path_of(sitemap.find(f"{{{SM}}}loc").text))
         assert status == 200 and len(part) <= 10_000
         check_document(part, "description")
+
+
+# --- the request's URI in the records' form, whatever characters a name has -------------------
+
+
+ESCAPE_RE = re.compile(r"%[0-9A-Fa-f]{2}")
+# Each name is escaped by reverse() as the records write it: "%" as %25, space, "?" and "#" escaped,
+# the sub-delimiters (+ ; = ' ( ) ...) and "~" as themselves, other letters as their UTF-8 octets.
+ODD_NAMES = ["100% cotton.txt", "50*.txt", "sp%20ace.txt", "a+b=c;d.txt", "it's (draft)~1.txt", "café über.txt",
+             "what?#1.txt"]
+# Served by the site and listed by no set. "50%2A.txt" decoded and encoded again as it was would
+# be "50%2A.txt": the URI of "50*.txt", which is listed.
+UNLISTED_NAMES = ["100% wool.txt", "50%2A.txt"]
+
+
+def add_file(item, name):
+    from django.core.files.base import ContentFile
+
+    row = ItemFile(item=item, name=name)
+    row.file.save("odd.txt", ContentFile(name.encode()), save=False)
+    row.save()
+    return row
+
+
+def lower_escapes(path):
+    return ESCAPE_RE.sub(lambda m: m.group().lower(), path)
+
+
+def as_clients_write_it(path):
+    """The path as clients may send it: as listed; with its escapes in lower case (RFC 3986 2.1:
+    the same octets); with every character but letters, digits and "/" escaped, as
+    urllib.parse.quote() writes a name (sub-delimiters and "~" too)."""
+    from urllib.parse import quote, unquote
+
+    return [path, lower_escapes(path), lower_escapes(quote(unquote(path), safe="/"))]
+
+
+@pytest.fixture
+def odd_files(published, committing):
+    """Files whose names need escaping, listed by the bitstreams set, and two files the site
+    serves that no set lists (saved with tracking paused, and no rebuild since)."""
+    from django_resourcesync import tracking
+
+    item = Item.objects.filter(is_public=True).order_by("pk").first()
+    with committing():
+        listed = [add_file(item, name) for name in ODD_NAMES]
+    rebuild_set(published[0])
+    with tracking.paused(), committing():
+        unlisted = [add_file(item, name) for name in UNLISTED_NAMES]
+    locs = {path_of(e.find(f"{{{SM}}}loc").text) for e in resource_list_entries(published[0])}
+    assert {f.get_absolute_url() for f in listed} <= locs and not {f.get_absolute_url() for f in unlisted} & locs
+    return listed, unlisted
+
+
+def test_a_listed_file_whose_name_needs_escaping_gets_its_link_however_the_client_escapes_it(odd_files):
+    listed, unlisted = odd_files
+    expected = [CAPABILITY_LIST.format("bitstreams")]
+    client = Client()
+    for row in listed:
+        path = row.get_absolute_url()
+        for sent in as_clients_write_it(path):
+            for response in (client.get(sent), client.head(sent)):
+                assert response.status_code == 200 and resourcesync_links(response) == expected, (row.name, sent)
+    for row in unlisted:
+        for sent in as_clients_write_it(row.get_absolute_url()):
+            response = client.get(sent)
+            assert response.status_code == 200 and resourcesync_links(response) == [], (row.name, sent)
+
+
+def test_a_query_is_compared_as_sent_with_its_escapes_in_either_case(published, monkeypatch):
+    """A source's URI with a query: the query is not decoded (its "&", "=" and escapes mean what
+    the site makes them mean), but the case of its escapes does not matter."""
+    from example_project.repository.resourcesync import MetadataRecordSource
+
+    query = "?format=oai_dc&t=100% sûr;x"
+    monkeypatch.setattr(MetadataRecordSource, "location", lambda self, obj: obj.get_metadata_url() + query)
+    published[1].resources.all().delete()  # described again, with the new locations
+    rebuild_set(published[1])
+    listed = [path_of(e.find(f"{{{SM}}}loc").text) for e in resource_list_entries(published[1])]
+    assert listed[0].endswith("/metadata.xml?format=oai_dc&t=100%25%20s%C3%BBr;x")
+    client = Client()
+    for sent in (listed[0], lower_escapes(listed[0])):
+        assert resourcesync_links(client.get(sent)) == [CAPABILITY_LIST.format("metadata")], sent
+    path = listed[0].split("?")[0]
+    for other in (path, path + "?format=oai_dc", listed[0].replace("&", "%26")):
+        response = client.get(other)
+        assert response.status_code == 200 and resourcesync_links(response) == [], other
+
+
+def test_a_source_that_escapes_more_than_reverse_is_matched_on_the_target_as_sent(published, monkeypatch, committing):
+    """A source whose locations escape the sub-delimiters (urllib.parse.quote()): the decoded path
+    cannot tell "%3B" from ";", the request's target as the client wrote it can, where the server
+    passes it on (gunicorn: RAW_URI; uWSGI, mod_wsgi: REQUEST_URI; ASGI: raw_path)."""
+    import io
+    from urllib.parse import quote, unquote
+
+    from django.core.handlers.asgi import ASGIRequest
+
+    from example_project.repository.resourcesync import BitstreamSource
+
+    monkeypatch.setattr(
+        BitstreamSource, "location", lambda self, obj: f"/items/{obj.item_id}/files/{obj.pk}/{quote(obj.name)}"
+    )
+    item = Item.objects.filter(is_public=True).order_by("pk").first()
+    with committing():
+        row = add_file(item, "x;y (1)+ü.txt")
+    rebuild_set(published[0])
+    locs = [path_of(e.find(f"{{{SM}}}loc").text) for e in resource_list_entries(published[0])]
+    (path,) = [loc for loc in locs if "x%3By" in loc]
+    assert path.endswith(f"/{row.pk}/x%3By%20%281%29%2B%C3%BC.txt")
+    expected = [CAPABILITY_LIST.format("bitstreams")]
+    client = Client()
+    for sent in (path, lower_escapes(path)):
+        for key in ("RAW_URI", "REQUEST_URI"):
+            response = client.get(sent, **{key: sent})
+            assert response.status_code == 200 and resourcesync_links(response) == expected, (key, sent)
+        # As an ASGI server makes the scope: the path decoded as UTF-8, and the target as sent.
+        scope = {"type": "http", "method": "GET", "path": unquote(sent), "raw_path": sent.encode(), "query_string": b"",
+                 "headers": [(b"host", b"testserver")], "server": ("testserver", 80), "scheme": "http"}
+        assert discovery.capability_lists(ASGIRequest(scope, io.BytesIO())) == expected, sent
+    # A target that is not the path Django decoded (rewritten on the way) is not taken.
+    response = client.get(path, RAW_URI=path.replace("x%3By", "x%3Bz"))
+    assert response.status_code == 200 and resourcesync_links(response) == []
+
+
+def test_every_form_of_the_requests_uri_is_looked_up_in_one_indexed_query(published):
+    """Up to four forms of the URI (a query, a target as sent): still one query, which probes each
+    set's (set, URI) index for each form among many records, and reads none of the others."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from django_resourcesync import access
+    from django_resourcesync.models import Build, Resource
+
+    path = sampled(published[0], 1)[0] + "?a=%c3%a9"
+    # "/%69tems/..." is "/items/...": the target as sent, and as sent with upper-case escapes.
+    request = RequestFactory().get(path, RAW_URI=path.replace("/i", "/%69", 1))
+    forms = discovery.request_uris(request)
+    assert len(forms) == len(set(forms)) == 4, forms
+    Resource.objects.bulk_create([
+        Resource(resource_set=published[0], object_pk=f"x{n}", uri=f"http://testserver/many/{n}", entry_xml="<url/>")
+        for n in range(20000)
+    ], batch_size=2000)
+    Resource.objects.filter(resource_set=published[0], object_pk="x7").update(uri=forms[2])
+    middleware = discovery.ResourceSyncLinkMiddleware(lambda request: HttpResponse("bytes"))
+    with CaptureQueriesContext(connection) as queries:
+        response = middleware(request)
+    assert len([q for q in queries if not q["sql"].upper().startswith(("SAVEPOINT", "RELEASE"))]) == 1
+    assert resourcesync_links(response) == [CAPABILITY_LIST.format("bitstreams")]
+    params = [Build.Status.PUBLISHED, *forms, True, access.TOKEN]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"ANALYZE {Resource._meta.db_table}")
+            cursor.execute("EXPLAIN " + discovery._lookup_sql(connection, len(forms)), params)
+        else:
+            cursor.execute("EXPLAIN QUERY PLAN " + discovery._lookup_sql(connection, len(forms)), params)
+        plan = "\n".join(str(row[-1]) for row in cursor.fetchall())
+    if connection.vendor == "postgresql":
+        assert "resourcesync_resource_uri" in plan and f"Seq Scan on {Resource._meta.db_table} " not in plan, plan
+    else:
+        assert "SEARCH r USING" in plan and "uri=?" in plan and "SCAN r" not in plan, plan
+
+
+def test_over_http_a_listed_file_whose_name_needs_escaping_gets_its_link(live_server, settings, seed, transactional_db):
+    """The same through a real server (its own decoding of the target), as a client sends it."""
+    import urllib.request
+
+    from django_resourcesync import tracking
+
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "BASE_URL": live_server.url}
+    seed(2)
+    bitstreams = demo_set("bitstreams")
+    item = Item.objects.filter(is_public=True).order_by("pk").first()
+    listed = [add_file(item, name) for name in ODD_NAMES]
+    rebuild_set(bitstreams)
+    with tracking.paused():
+        unlisted = [add_file(item, name) for name in UNLISTED_NAMES]
+    expected = [f"{live_server.url}/resourcesync/bitstreams/capabilitylist.xml"]
+
+    def links_of(path):
+        with urllib.request.urlopen(live_server.url + path, timeout=30) as response:
+            assert response.status == 200, path
+            return LINK_RE.findall(response.headers.get("Link", ""))
+
+    for row in listed:
+        for sent in as_clients_write_it(row.get_absolute_url()):
+            assert links_of(sent) == expected, (row.name, sent)
+    for row in unlisted:
+        for sent in as_clients_write_it(row.get_absolute_url()):
+            assert links_of(sent) == [], (row.name, sent)
