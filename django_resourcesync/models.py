@@ -549,6 +549,7 @@ class Withdrawal(models.Model):
     resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="+", db_index=False)
     object_pk = models.CharField(max_length=64)
     resource_id = models.BigIntegerField()
+    uri = models.CharField(max_length=2048, blank=True, help_text=_("The URI its resource had."))
     at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -558,8 +559,9 @@ class Withdrawal(models.Model):
 
     @classmethod
     def since(cls, resource_set, moment):
-        """``[(object_pk, record id)]`` of the set's withdrawals at or after ``moment``."""
-        return list(cls.objects.filter(resource_set=resource_set, at__gte=moment).values_list("object_pk", "resource_id"))
+        """``[(object_pk, record id, uri)]`` of the set's withdrawals at or after ``moment``."""
+        rows = cls.objects.filter(resource_set=resource_set, at__gte=moment)
+        return list(rows.values_list("object_pk", "resource_id", "uri"))
 
 
 class SourceState(models.Model):

@@ -108,9 +108,12 @@ ZIP64_FROM = 1024**3
 
 
 def zip_datetime(moment):
-    """A ZIP member's timestamp (UTC; ZIP cannot say earlier than 1980)."""
+    """A ZIP member's timestamp (UTC; ZIP cannot say earlier than 1980); a member's own
+    ``date_time`` passes as it is."""
     if moment is None:
         return (1980, 1, 1, 0, 0, 0)
+    if isinstance(moment, tuple):
+        return moment
     moment = moment.astimezone(datetime.timezone.utc)
     return max((moment.year, moment.month, moment.day, moment.hour, moment.minute, moment.second), (1980, 1, 1, 0, 0, 0))
 
@@ -217,21 +220,23 @@ class PackageWriter:
         written, for the ``algorithms`` asked for.
 
         ``size_hint`` is the expected length: members that may reach the 4 GiB limit of plain
-        ZIP (or whose size is unknown) get ZIP64 records; small ones stay plain ZIP.
+        ZIP (or whose size is unknown) get ZIP64 records; small ones stay plain ZIP. With no
+        ``algorithms`` (a member copied from another package), nothing is hashed.
         """
         info = zipfile.ZipInfo(member, date_time=zip_datetime(modified))
         info.compress_type = zipfile.ZIP_STORED
         info.external_attr = 0o644 << 16
-        digests, length = Digests(algorithms), 0
+        digests, length = (Digests(algorithms) if algorithms else None), 0
         large = size_hint is None or size_hint >= ZIP64_FROM
         try:
             with self._zip.open(info, mode="w", force_zip64=large) as out:
                 for chunk in chunks:
-                    digests.update(chunk)
+                    if digests is not None:
+                        digests.update(chunk)
                     length += len(chunk)
                     out.write(chunk)
         finally:
-            found = digests.hexdigests()
+            found = digests.hexdigests() if digests is not None else {}
         self.members += 1
         self.bitstream_bytes += length
         return found, length

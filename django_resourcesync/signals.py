@@ -13,8 +13,9 @@ from .models import ChangeDumpPackage, ChangeList, Document, ResourceSet, Source
 
 #: Sent by change tracking, in the transaction that records it, when resources leave a set
 #: (deleted, made private, filtered out): ``resource_set``, ``leaving``, ``{object_pk: record
-#: id}``, and ``in_use``, the sha-256 of bytes the same batch's changes use (of other objects).
-#: Whatever holds their bytes must stop serving them (see builders.withdrawal).
+#: id}``, ``uris``, ``{object_pk: URI}`` they had, and ``in_use``, the sha-256 of bytes the same
+#: batch's changes use (of other objects). Whatever lists them or holds their bytes must stop
+#: serving them (see builders.withdrawal).
 resources_left = Signal()
 
 

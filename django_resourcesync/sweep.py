@@ -26,7 +26,7 @@ from django.utils import timezone
 from . import sharing, storage, versions
 from .builders.context import BuildContext
 from .builders.locks import build_lock as lock_of
-from .builders.withdrawal import DUMPS
+from .builders.withdrawal import HOLDING
 from .conf import app_settings
 from .exceptions import BuildAbandoned
 from .models import Build, BuildLock, ChangeDumpPackage, ChangeList, Document, Version, Withdrawal
@@ -123,7 +123,7 @@ def sweep(*, grace=None, now=None):
 def prune_withdrawals(before):
     """Forget withdrawals older than ``before`` that no running build can still need."""
     running = (
-        Build.objects.filter(status=Build.Status.RUNNING, capability__in=DUMPS)
+        Build.objects.filter(status=Build.Status.RUNNING, capability__in=HOLDING)
         .order_by("started")
         .values_list("started", flat=True)
         .first()

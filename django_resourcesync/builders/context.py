@@ -1,5 +1,6 @@
 """A build in progress: the files it writes, and its publication in one switch-over."""
 
+import hashlib
 import logging
 import posixpath
 import traceback
@@ -12,7 +13,7 @@ from django.utils.translation import ngettext
 from .. import capabilities, storage, tracking, uris
 from ..exceptions import BuildAbandoned
 from ..models import Build, Document, LeftOut, ResourceSet
-from ..xml.writer import w3c_datetime
+from ..xml.writer import w3c_datetime, without_entries
 from .retention import stale_builds
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,21 @@ class BuildContext:
         return self.record(name, stored, entries=writer.count, size=writer.size, sha256=writer.sha256,
                            is_index=writer.root == "sitemapindex", at=at, completed=completed)
 
+    def write_without(self, name, source, locs, *, into=None, at=None, completed=None):
+        """Write into storage as ``name`` the document the app wrote that ``source`` (an open
+        binary file) reads, byte for byte but for its entries whose ``<loc>`` is one of ``locs``
+        (see :func:`~..xml.writer.without_entries`); ``into``, a binary file, receives the same
+        bytes. Returns ``(entries cut out, the new document's record)``: ``([], None)``, and
+        nothing written, if none was cut."""
+        with storage.scratch_file() as tmp:
+            out = _Digesting(tmp, into)
+            kept, cut = without_entries(iter(lambda: source.read(CHUNK), b""), locs, out)
+            if not cut:
+                return cut, None
+            stored = storage.save_or_remove(self.storage_name(name), tmp)
+        return cut, self.record(name, stored, entries=kept, size=out.size, sha256=out.sha256.hexdigest(), at=at,
+                                completed=completed)
+
     def record(
         self, name, stored, *, entries, size, sha256, media_type="application/xml", is_index=False, at=None, completed=None
     ):
@@ -115,7 +131,8 @@ class BuildContext:
     def publish(self, *, entries, completed, report=None, prepare=None):
         """Switch readers over to this build, in one transaction; prune old builds after it.
         ``prepare(context, report)``, the capability's last word, runs first in that
-        transaction, under the set's lock (see resourcedump.before_publish)."""
+        transaction, under the set's lock, and returns how many of the ``entries`` it cut out
+        (resources that left the set meanwhile: see resourcelist.before_publish)."""
         build = self.build
         report = dict(report or {})
         with transaction.atomic():
@@ -126,7 +143,7 @@ class BuildContext:
                 raise BuildAbandoned(f"{build} is no longer running; not published")
             self.save_documents()
             if prepare is not None:
-                prepare(self, report)
+                entries -= prepare(self, report) or 0
             if capabilities.get(self.capability).lists_resources:
                 report.update(left_out_report(self.resource_set))
             previous = Build.objects.select_for_update().filter(
@@ -159,6 +176,43 @@ class BuildContext:
             self.build.save(update_fields=["status", "error", "finished"])
         logger.error("Build %s failed: %s", self.build, exc)
 
+
+def cut_document(document, locs):
+    """Write ``document`` (a Resource List's) again without its entries whose ``<loc>`` is one
+    of ``locs``; returns the entries cut out (none: it is left as it is). It keeps its name (its
+    URI) and its ``at``: it still tells of the set at that time, but for resources that have
+    left it since, whose deletions the Change List gives. The new file has a storage name of
+    its own; the old one leaves storage once the transaction commits."""
+    context = BuildContext(build=document.build)
+    context.fresh_names = True
+    with storage.get_storage().open(document.storage_name, "rb") as stored:
+        cut, new = context.write_without(document.name, stored, locs)
+    if not cut:
+        return cut
+    old = document.storage_name
+    fields = {"storage_name": new.storage_name, "entries": new.entries, "size": new.size, "sha256": new.sha256,
+              "written": timezone.now()}
+    Document.objects.filter(pk=document.pk).update(**fields)
+    transaction.on_commit(lambda: storage.delete_quietly([old]))
+    return cut
+
+
+CHUNK = 1024 * 1024
+
+
+class _Digesting:
+    """A binary file that passes what is written on to ``raw`` (and ``copy``, if any),
+    counting and hashing it."""
+
+    def __init__(self, raw, copy=None):
+        self.raw, self.copy, self.size, self.sha256 = raw, copy, 0, hashlib.sha256()
+
+    def write(self, data):
+        self.raw.write(data)
+        if self.copy is not None:
+            self.copy.write(data)
+        self.size += len(data)
+        self.sha256.update(data)
 
 #: How many left-out objects a build's report names (the admin lists them all).
 LEFT_OUT_EXAMPLES = 20

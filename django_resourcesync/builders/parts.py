@@ -30,6 +30,7 @@ releases it. A task that finds the lock taken by another holder (it expired whil
 waited) fails its build rather than publish beside another one.
 """
 
+import bisect
 import logging
 import threading
 from collections import Counter
@@ -170,6 +171,18 @@ def finish(context):
             raise PartFailed(f"part {part.number} of {build}: not in storage: {', '.join(missing)}")
     entries, completed, report = kind.finish(context, done)
     return context.publish(entries=entries, completed=completed, report=report, prepare=getattr(kind, "before_publish", None))
+
+
+def holding(build, record_ids):
+    """The numbers of the parts of ``build`` whose ranges take in any of ``record_ids``."""
+    ranges = list(BuildPart.objects.filter(build=build).order_by("after_pk").values_list("number", "after_pk", "last_pk"))
+    starts = [after for _number, after, _last in ranges]
+    hit = set()
+    for record_id in record_ids:
+        index = bisect.bisect_left(starts, record_id) - 1  # the part with after_pk < id
+        if index >= 0 and record_id <= ranges[index][2]:
+            hit.add(ranges[index][0])
+    return hit
 
 
 def summed_reports(done, keys=()):

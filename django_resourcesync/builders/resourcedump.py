@@ -20,20 +20,21 @@ URIs: ``resourcedump.xml`` (a Resource Dump, or a Resource Dump Index past the e
 ``resourcedump/<build>/part-NNNNN.zip`` with ``…-manifest.xml``.
 """
 
-import bisect
 import logging
 import re
 import tempfile
+import zipfile
+from xml.sax.saxutils import unescape
 
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from .. import capabilities, heads, storage, tracking, uris
 from ..conf import app_settings
 from ..exceptions import UnpublishableResource
-from ..models import Build, BuildPart, Document, Resource, Withdrawal
-from ..packaging import ZIP_MEDIA_TYPE, MemberNames, PackageWriter
+from ..models import Build, Document, Resource, Withdrawal
+from ..packaging import CHUNK, MANIFEST, ZIP_MEDIA_TYPE, MemberNames, PackageWriter
 from ..xml.writer import DocumentWriter, hash_value, url_element, w3c_datetime
 from . import parts
 from .context import BuildContext, build_notice, describe_build, published_at
@@ -46,6 +47,18 @@ FETCH = 200  # resources whose objects are fetched from the site in one query
 
 def _stem(build, number, package):
     return f"resourcedump/{build.pk}/part-{number:05d}" + (f"-{package}" if package > 1 else "")
+
+
+def revised(name):
+    """The name of a package (or manifest) packed again: ``-rN`` after its stem, N from 2."""
+    match = _PART_FILE.match(name)
+    revision = int(match["revision"] or 1) + 1
+    return name[: match.start("kind")].removesuffix(f"-r{match['revision']}") + f"-r{revision}" + match["kind"]
+
+
+def manifest_of(package):
+    """The manifest of the package ``package`` (a name)."""
+    return package.removesuffix(".zip") + "-manifest.xml"
 
 
 def manifest_entry_size(row):
@@ -63,13 +76,21 @@ def manifest_name(build, number, package=1):
     return f"{_stem(build, number, package)}-manifest.xml"
 
 
-_PART_FILE = re.compile(r"^resourcedump/[0-9]+/part-([0-9]+)(?:-[0-9]+)?(?:\.zip|-manifest\.xml)$")
+_PART_FILE = re.compile(
+    r"^resourcedump/[0-9]+/part-(?P<part>[0-9]+)(?:-(?P<package>[0-9]+))?(?:-r(?P<revision>[0-9]+))?"
+    r"(?P<kind>\.zip|-manifest\.xml)$"
+)
 
 
 def part_number(name):
     """The part a package or manifest of a build belongs to, by its name; ``None`` for others."""
     match = _PART_FILE.match(name)
-    return int(match.group(1)) if match else None
+    return int(match["part"]) if match else None
+
+
+def _package_order(name):
+    match = _PART_FILE.match(name)
+    return int(match["part"]), int(match["package"] or 1)
 
 
 class Packer:
@@ -311,15 +332,16 @@ def finish(context, done):
 
 
 def _packages(build, done):
-    """``(package, manifest, md)`` of the packages of the parts ``done`` that are not withdrawn."""
-    recorded = {document.name: document for document in Document.objects.filter(build=build)}
+    """``(package, manifest, md)`` of the packages of the parts ``done`` that are not withdrawn
+    (those packed again in their place), in order."""
+    numbers = {part.number for part in done}
+    recorded = {document.name: document for document in Document.objects.filter(build=build, withdrawn__isnull=True)}
+    held = sorted((name for name in recorded if name.endswith(".zip") and part_number(name) in numbers), key=_package_order)
     packages = []
-    for part in done:
-        for package, manifest in part_documents(build, part):
-            package_doc = recorded[package]
-            if package_doc.withdrawn is None:
-                md = {"at": w3c_datetime(package_doc.at), "completed": w3c_datetime(package_doc.completed)}
-                packages.append((package_doc, recorded[manifest], md))
+    for name in held:
+        package_doc = recorded[name]
+        md = {"at": w3c_datetime(package_doc.at), "completed": w3c_datetime(package_doc.completed)}
+        packages.append((package_doc, recorded[manifest_of(name)], md))
     return packages
 
 
@@ -405,53 +427,96 @@ def update(resource_set, *, progress=None, batch_size=None, parallel=False, lock
 # -- withdrawal (see builders.withdrawal) ---------------------------------------------------
 
 
-def withdraw_from_build(build, record_ids, now=None, *, rewrite_after_commit=False):
-    """Withdraw the packages of a Resource Dump build whose parts cover any of ``record_ids``;
-    returns how many. A retired build is removed whole; a published or finishing one has its
-    dump document written again without them."""
-    parts = list(BuildPart.objects.filter(build=build).order_by("after_pk").values_list("number", "after_pk", "last_pk"))
-    if not parts:
-        return 0
-    starts = [after for _number, after, _last in parts]
-    hit = set()
-    for record_id in record_ids:
-        index = bisect.bisect_left(starts, record_id) - 1  # the part with after_pk < id
-        if index >= 0 and record_id <= parts[index][2]:
-            hit.add(parts[index][0])
-    if not hit:
-        return 0
+def withdraw_from_build(build, record_ids, locs):
+    """Take the resources whose records had the keys ``record_ids`` and the URIs ``locs`` out
+    of a Resource Dump build; returns how many bitstreams were taken out. A retired build that
+    holds any is removed whole; a published one (or one being published) has the packages that
+    held them packed again without them (:func:`repack`), so its dump still covers the set."""
     if build.status == Build.Status.RETIRED:
-        logger.info("%s held the bytes of a resource that left the set: removed", build)
-        build.delete()  # its files leave storage once this commits (see signals.py)
-        return len(hit)
-    documents = Document.objects.filter(build=build, withdrawn__isnull=True)
-    chosen = [pk for pk, name in documents.values_list("pk", "name") if part_number(name) in hit]
-    withdrawn = _withdraw_documents(Document.objects.filter(pk__in=chosen), now)
-    if withdrawn and rewrite_after_commit:
-        # The packages stop being served with this transaction; the dump's document, a file,
-        # is written again once it has committed, so a storage failure cannot undo the
-        # withdrawal (the dump is then retired until the next rebuild).
-        transaction.on_commit(lambda: _rewrite_quietly(build.pk))
-    elif withdrawn:
-        rewrite_dump(build)
-    return withdrawn
+        if parts.holding(build, record_ids):
+            logger.info("%s held the bytes of a resource that left the set: removed", build)
+            build.delete()  # its files leave storage once this commits (see signals.py)
+        return 0
+    return repack(build, record_ids, locs)
 
 
-def _rewrite_quietly(build_id):
+def repack(build, record_ids, locs):
+    """Pack again, from the packages themselves, those of ``build`` whose parts take in any of
+    ``record_ids``, leaving out the bitstreams of ``locs``; returns how many were left out.
+
+    Each new package is the old one's members but those, copied as they are (the same names,
+    dates and bytes), with its manifest cut the same way (:func:`..context.cut_document`), under
+    a name of its own (``part-NNNNN-rN.zip``): the old package and its manifest answer 410 Gone
+    from the commit and leave storage. A package left with no bitstream is not replaced. The
+    packages keep their ``at``: their bytes are still those of that time, and what left the set
+    since is in the Change List. The dump's document is written again over them."""
+    hit = parts.holding(build, record_ids)
+    documents = {document.name: document for document in Document.objects.filter(build=build, withdrawn__isnull=True)}
+    held = [document for name, document in documents.items() if name.endswith(".zip") and part_number(name) in hit]
+    if not held:
+        return 0
+    context = BuildContext(build=build)
+    context.fresh_names = True
+    replaced, taken_out, written = [], 0, None
     try:
-        with transaction.atomic():
-            build = Build.objects.select_for_update().filter(pk=build_id, status=Build.Status.PUBLISHED).first()
-            if build is not None:
-                rewrite_dump(build)
-    except Exception:
-        # Rather no Resource Dump than one that lists packages answering 410: the build is
-        # retired (its other packages stay served a while, as a replaced build's are), and the
-        # next rebuild publishes a whole dump again.
-        logger.exception("The Resource Dump of build %s could not be written again after a withdrawal; retired", build_id)
-        try:
-            Build.objects.filter(pk=build_id, status=Build.Status.PUBLISHED).update(status=Build.Status.RETIRED)
-        except Exception:
-            logger.exception("Build %s could not be retired either", build_id)
+        for package in held:
+            manifest = documents[manifest_of(package.name)]
+            cut = _repack(context, package, manifest, locs)
+            if cut:
+                replaced += [package.pk, manifest.pk]
+                taken_out += cut
+        if not replaced:
+            return 0
+        written = [document.storage_name for document in context.documents]
+        _withdraw_documents(Document.objects.filter(pk__in=replaced))
+        context.save_documents()
+        rewrite_dump(build)
+    except BaseException:
+        # The transaction is rolled back by the caller; the files written for it go now.
+        storage.delete_quietly([document.storage_name for document in context.documents] + (written or []))
+        raise
+    # (A build being published counts its entries as it does: see BuildContext.publish.)
+    Build.objects.filter(pk=build.pk).exclude(status=Build.Status.RUNNING).update(entries=F("entries") - taken_out)
+    logger.info("%s: %d package(s) packed again without %d bitstream(s) of resources that left the set",
+                build, len(replaced) // 2, taken_out)
+    return taken_out
+
+
+_PATH = re.compile(rb' path="([^"]*)"')
+_ATTR_ENTITIES = {"&quot;": '"', "&#9;": "\t", "&#10;": "\n", "&#13;": "\r"}
+
+
+def _repack(context, package, manifest, locs):
+    """Pack ``package`` again into ``context`` without the bitstreams of ``locs``; returns how
+    many were left out (none: nothing is written)."""
+    with storage.get_storage().open(package.storage_name, "rb") as stored, zipfile.ZipFile(stored) as old:
+        with old.open(MANIFEST) as inside, tempfile.TemporaryFile() as bare:
+            # The manifest in the package is the one published beside it, byte for byte.
+            cut, new_manifest = context.write_without(revised(manifest.name), inside, locs, into=bare)
+            if not cut:
+                return 0
+            leaving = {unescape(match.group(1).decode("utf-8"), _ATTR_ENTITIES)[1:]
+                       for match in (_PATH.search(entry) for entry in cut) if match}
+            if not new_manifest.entries:
+                context.documents.remove(new_manifest)
+                storage.delete_quietly([new_manifest.storage_name])
+                return len(cut)  # nothing left to pack
+            name = revised(package.name)
+            writer = PackageWriter(context.storage_name(name))
+            try:
+                for info in old.infolist():
+                    if info.filename == MANIFEST or info.filename in leaving:
+                        continue
+                    with old.open(info) as member:
+                        writer.add(info.filename, iter(lambda member=member: member.read(CHUNK), b""),
+                                   size_hint=info.file_size, modified=info.date_time, algorithms=())
+                sha256, size = writer.close(bare)
+            except BaseException:
+                writer.abort()
+                raise
+    context.record(name, writer.name, entries=new_manifest.entries, size=size, sha256=sha256, media_type=ZIP_MEDIA_TYPE,
+                   at=package.at, completed=package.completed)
+    return len(cut)
 
 
 def _withdraw_documents(documents, now=None):
@@ -467,12 +532,19 @@ def _withdraw_documents(documents, now=None):
 
 def before_publish(context, report):
     """Before a dump is published (in the transaction that publishes it, under the set's lock):
-    the packages holding resources that left the set since the build started are withdrawn."""
-    leaving = Withdrawal.since(context.resource_set, context.build.started)
-    if leaving and withdraw_from_build(context.build, [record_id for _key, record_id in leaving]):
+    the resources that left the set since its snapshot are taken out of its packages; returns
+    how many bitstreams were."""
+    leaving = Withdrawal.since(context.resource_set, context.build.at)
+    if not leaving:
+        return 0
+    taken_out = withdraw_from_build(context.build, [record_id for _key, record_id, _uri in leaving],
+                                    [uri for *_rest, uri in leaving])
+    if taken_out:
+        report["taken_out"] = taken_out
         report["withdrawn_packages"] = Document.objects.filter(
             build=context.build, withdrawn__isnull=False, media_type=ZIP_MEDIA_TYPE
         ).count()
+    return taken_out
 
 
 def published(resource_set):

@@ -12,14 +12,15 @@ followed by ``part-NNNNN-2.xml`` and so on if its rows pass the byte limit.
 import itertools
 
 from django.db import connections
+from django.db.models import F
 from django.utils import timezone
 
 from .. import capabilities, heads, mementos, uris, versions
 from ..conf import app_settings
-from ..models import Document, Resource
+from ..models import Build, Document, Resource, Withdrawal
 from ..xml.writer import DocumentWriter, url_element, w3c_datetime
 from . import parts
-from .context import BuildContext, build_notice, describe_build, published_at
+from .context import BuildContext, build_notice, cut_document, describe_build, published_at
 
 NAME = "resourcelist.xml"
 
@@ -56,7 +57,7 @@ def build_resourcelist(resource_set, *, refresh=True, progress=None, batch_size=
         if total <= app_settings.MAX_ENTRIES_PER_DOCUMENT:
             try:
                 count, completed = _render_single(context, rows, total, progress, batch_size)
-                return context.publish(entries=count, completed=completed)
+                return context.publish(entries=count, completed=completed, prepare=before_publish)
             except _Overflow:
                 # Planned as one document, the list outgrew the limits: render it as an index.
                 context.discard()
@@ -242,3 +243,32 @@ def describe(resource_set):
 def notice(resource_set):
     """What a framework notification tells of it (see push.announce)."""
     return build_notice(resource_set, capabilities.RESOURCELIST)
+
+
+# -- withdrawal (see builders.withdrawal) ---------------------------------------------------
+
+
+def cut_from_build(build, record_ids, locs):
+    """Leave the resources whose records had the keys ``record_ids`` and the URIs ``locs`` out
+    of the documents of a Resource List build (the parts whose ranges take them in, or the one
+    document); returns how many entries were cut out. The index, if any, stays as it is."""
+    names = [NAME]
+    hit = parts.holding(build, record_ids)
+    if hit:
+        names = [name for part in build.parts.filter(number__in=hit) for (name,) in part_documents(build, part)]
+    cut = 0
+    for document in Document.objects.filter(build=build, name__in=names, withdrawn__isnull=True, is_index=False):
+        cut += len(cut_document(document, locs))
+    if cut:
+        # (A build being published counts its entries as it does: see BuildContext.publish.)
+        Build.objects.filter(pk=build.pk).exclude(status=Build.Status.RUNNING).update(entries=F("entries") - cut)
+    return cut
+
+
+def before_publish(context, report):
+    """Before a list is published (in the transaction that publishes it, under the set's lock):
+    the resources that left the set since its snapshot are cut out of it. Returns how many."""
+    leaving = Withdrawal.since(context.resource_set, context.build.at)
+    if not leaving:
+        return 0
+    return cut_from_build(context.build, [record_id for _key, record_id, _uri in leaving], [uri for *_rest, uri in leaving])

@@ -1,58 +1,86 @@
-"""Withdrawal: once a resource leaves a set, no package keeps serving its bytes.
+"""Withdrawal: once a resource leaves a set, nothing the set serves lists it or its bytes.
 
 A resource leaves a set when its object is deleted, made private or filtered out; change tracking
 then writes its ``deleted`` event and calls :func:`withdraw` in the same transaction, under the
-set's lock. Every package that may hold its bytes is withdrawn there and then:
+set's lock. Every document that lists it and every package that may hold its bytes is dealt with
+there and then, so that the commit that records its deletion also takes it out of what is served:
 
-- a **Resource Dump** package is found by the key its record had (a dump build's parts are ranges
-  of record keys): the package and its manifest answer 410 Gone from then on and leave storage
-  once the transaction commits, and the published dump's document is written again without them
-  (the next rebuild packs a whole dump again). A retired build that holds one is removed at once:
-  retired builds are served only while they hold nothing withdrawn;
-- a **Change Dump** package is found by the change events it packed: it is withdrawn the same
-  way, left out of the Change Dump, and packed again (without what left the set) by the next
+- a **Resource List** (the published one, and those kept for the archive) is written again
+  without its entry: the part that lists it (found by the key its record had: a build's parts
+  are ranges of record keys), or the one document. It keeps its URI and its ``at``: it still
+  tells of the set at that time, but for what has left it since, whose deletions are in the
+  Change List;
+- a **Resource Dump** is packed again: each package of the published build that held its bytes
+  is copied, without them, into a package of its own name (``part-NNNNN-rN.zip``) with its
+  manifest cut the same way, and the dump's document is written again over them, so the dump
+  keeps covering the Resource List. The old package and its manifest answer 410 Gone from the
+  commit and leave storage. Should that fail (a full disk), the build is removed (no dump rather
+  than one that does not cover the list) until the next rebuild. A retired build (kept for the
+  archive) that holds it is removed whole: it leaves the archive;
+- a **Change Dump** package is found by the change events it packed: it is withdrawn (410),
+  left out of the Change Dump, and packed again (without what left the set) by the next
   ``resourcesync.package_changes`` or rebuild;
 - the **version store** forgets the bytes of its changes (unless another resource's changes have
   the same bytes): they are never packed again.
 
-A dump being built meanwhile checks, before it publishes, the :class:`Withdrawal` rows written
-since it started (:func:`withdraw_from_build`, :func:`withdrawn_since`): they are kept while such
-a build runs, and pruned by the storage sweep.
+A Resource List or Resource Dump being built meanwhile checks, before it publishes, the
+:class:`Withdrawal` rows written since its snapshot time (``before_publish`` of each): they are
+kept while such a build runs, and pruned by the storage sweep.
 """
 
 import logging
 
+from django.db import transaction
 from django.dispatch import receiver
 from django.utils import timezone
 
 from .. import capabilities, versions
 from ..models import Build, Withdrawal
 from ..signals import resources_left
-from . import changedump, resourcedump
+from . import changedump, resourcedump, resourcelist
 
 logger = logging.getLogger(__name__)
 
-DUMPS = (capabilities.RESOURCEDUMP, capabilities.CHANGEDUMP)
+#: The capabilities whose builds list resources or hold their bytes.
+HOLDING = (capabilities.RESOURCELIST, capabilities.RESOURCEDUMP, capabilities.CHANGEDUMP)
 
 
 @receiver(resources_left, dispatch_uid="resourcesync_withdraw")
-def withdraw(sender, resource_set, leaving, in_use=(), **kwargs):
-    """Withdraw every package of the set that holds the bytes of ``leaving``, ``{object_pk:
-    record id}`` of resources that have just left it (under the set's lock)."""
+def withdraw(sender, resource_set, leaving, uris=None, in_use=(), **kwargs):
+    """Take ``leaving``, ``{object_pk: record id}`` of resources that have just left the set
+    (their URIs ``uris``, ``{object_pk: URI}``), out of every list and package of the set that
+    holds them (under the set's lock)."""
     if not leaving:
         return
+    uris = uris or {}
     now = timezone.now()
-    builds = list(Build.objects.filter(resource_set=resource_set, capability__in=DUMPS).exclude(status=Build.Status.FAILED))
+    builds = list(
+        Build.objects.filter(resource_set=resource_set, capability__in=HOLDING).exclude(status=Build.Status.FAILED)
+    )
     if any(build.status == Build.Status.RUNNING for build in builds):
         # Checked by the running build before it publishes.
-        Withdrawal.objects.bulk_create(
-            [
-                Withdrawal(resource_set=resource_set, object_pk=key, resource_id=record_id, at=now)
-                for key, record_id in leaving.items()
-            ]
-        )
+        Withdrawal.objects.bulk_create([
+            Withdrawal(resource_set=resource_set, object_pk=key, resource_id=record_id, uri=uris.get(key, ""), at=now)
+            for key, record_id in leaving.items()
+        ])
+    record_ids, locs = list(leaving.values()), [uris[key] for key in leaving if key in uris]
     for build in builds:
-        if build.capability == capabilities.RESOURCEDUMP and build.status in (Build.Status.PUBLISHED, Build.Status.RETIRED):
-            resourcedump.withdraw_from_build(build, leaving.values(), now, rewrite_after_commit=True)
+        if build.status == Build.Status.RUNNING:
+            continue
+        if build.capability == capabilities.RESOURCELIST:
+            resourcelist.cut_from_build(build, record_ids, locs)
+        elif build.capability == capabilities.RESOURCEDUMP:
+            _withdraw_from_dump(build, record_ids, locs)
     changedump.withdraw_packages_holding(resource_set, list(leaving), now)
     versions.forget_withdrawn(resource_set, list(leaving), in_use=in_use)
+
+
+def _withdraw_from_dump(build, record_ids, locs):
+    try:
+        with transaction.atomic():
+            resourcedump.withdraw_from_build(build, record_ids, locs)
+    except Exception:
+        # Rather no Resource Dump than one that serves what left the set, or that leaves out
+        # what the Resource List lists: the next rebuild packs a whole one again.
+        logger.exception("%s could not be packed again without resources that left the set; removed", build)
+        build.delete()  # its files leave storage once this commits (see signals.py)

@@ -252,3 +252,40 @@ class DocumentWriter:
 
     def discard(self):
         self._body.close()
+
+
+_ENTRY_END = b"</url>\n"
+_ENTRY_START = b"<url><loc>"
+
+
+def without_entries(chunks, locs, out):
+    """Copy a document this module wrote (``chunks``: its bytes, in any pieces) into ``out``,
+    leaving out the ``<url>`` entries whose ``<loc>`` is one of ``locs``; returns ``(kept,
+    cut)``: the entries left in, and those left out (their bytes, in document order).
+
+    No parser is needed, and the copy is byte for byte: every value is escaped as it is written,
+    so ``<url><loc>`` and ``</url>`` are tags wherever they occur, and each entry ends with its
+    ``</url>`` and a line break."""
+    targets = {text(loc).encode("utf-8") for loc in locs}
+    kept, cut = 0, []
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        done = 0
+        while (end := pending.find(_ENTRY_END, done)) >= 0:
+            end += len(_ENTRY_END)
+            start = pending.find(_ENTRY_START, done, end)
+            if start < 0:  # not an entry (a sitemap index's, say): as it is
+                out.write(pending[done:end])
+            else:
+                out.write(pending[done:start])
+                entry = pending[start:end]
+                if entry[len(_ENTRY_START) : entry.index(b"</loc>")] in targets:
+                    cut.append(entry)
+                else:
+                    out.write(entry)
+                    kept += 1
+            done = end
+        pending = pending[done:]
+    out.write(pending)
+    return kept, cut
