@@ -362,7 +362,7 @@ class SetWriter:
             # bytes this batch's changes use (another object's) are not theirs to forget.
             in_use = set(self.kept) | {change.sha256 for change in changes if change.sha256 and change.change != "deleted"}
             resources_left.send(sender=type(self.resource_set), resource_set=self.resource_set, leaving=withdrawn,
-                                in_use=in_use)
+                                uris={key: known[key]["uri"] for key in withdrawn}, in_use=in_use)
         now = timezone.now()
         set_id = self.resource_set.pk
         rewritten = {True: [], False: []}  # {moved: rows}
