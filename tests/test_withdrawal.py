@@ -173,3 +173,46 @@ def test_a_resource_list_being_built_leaves_out_what_left_the_set_meanwhile(publ
     assert listed and not hidden_uris & set(listed)
     build = Build.objects.filter(resource_set=published, capability="resourcelist", status=Build.Status.PUBLISHED).get()
     assert build.entries == len(listed)
+
+
+@pytest.fixture
+def live_source(live_server, settings, transactional_db):
+    settings.RESOURCESYNC = {**settings.RESOURCESYNC, "BASE_URL": live_server.url}
+    return live_server.url
+
+
+def test_a_destination_starting_a_baseline_after_a_withdrawal_ends_in_sync(live_source, seed, bitstreams, tmp_path,
+                                                                           monkeypatch, caplog):
+    """The reference client, over real HTTP, a moment after an item was made private: every
+    resource the Resource List gives is fetched (none answers 404), and its audit is IN SYNC."""
+    import logging
+
+    from django.db import transaction
+    from resync.client import Client
+
+    from django_resourcesync.models import Resource
+
+    monkeypatch.chdir(tmp_path)  # the client keeps its state file in the working directory
+    bitstreams.capabilities = ["resourcelist", "changelist", "resourcedump"]
+    bitstreams.save()
+    seed(6)
+    rebuild_set(bitstreams)
+    hidden = Item.objects.order_by("pk")[1]
+    with transaction.atomic():
+        hidden.is_public = False
+        hidden.save()
+    client = Client(hashes=["md5", "sha-256"])
+    client.set_mappings([f"{live_source}/", str(tmp_path / "mirror")])
+    client.sitemap_name = f"{live_source}/resourcesync/bitstreams/resourcelist.xml"
+    listed = Resource.objects.filter(resource_set=bitstreams).count()
+
+    def status(**options):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="resync.client"):
+            client.baseline_or_audit(**options)
+        return [r.getMessage().split()[1:] for r in caplog.records if r.getMessage().startswith("Status:")][-1]
+
+    assert status() == ["SYNCED", "(same=0,", f"created={listed},", "updated=0,", "deleted=0)"]
+    assert status(audit_only=True)[:2] == ["IN", "SYNC"]
+    mirrored = {path.name for path in (tmp_path / "mirror").rglob("*") if path.is_file()}
+    assert mirrored and not {f.file.name.rsplit("/", 1)[-1] for f in hidden.files.all()} & mirrored
