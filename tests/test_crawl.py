@@ -4,12 +4,13 @@ set up as the demo is (every capability, prior versions on), and follows each ``
 Memento TimeMaps and in the ``Link`` headers, breadth first, each URL once, on the Source's own
 origin only; then it lists every URL that answered 4xx or 5xx, with the pages that link it.
 
-What a document says of a time before a resource left the set need not resolve after: a Resource
-List at ``T`` lists what the set held at ``T``, and a Change List entry or a Change Dump manifest
-entry at ``T`` what a change at ``T`` left. When the Change Lists record that a URI was deleted
-since (its latest change), that URI, and the links of the entries of that URI made before, may
-answer 404: the resource, its mementos, TimeMap and TimeGate are not served once it has left the
-set (docs/versions.rst, "What leaves a set"). Nothing else is excused.
+What a change entry says of a time before a resource left the set need not resolve after: a
+Change List entry or a Change Dump manifest entry at ``T`` tells what a change at ``T`` left. When
+the Change Lists record that a URI was deleted since (its latest change), that URI, and the links
+of its entries of changes made before, may answer 404: the resource, its mementos, TimeMap and
+TimeGate are not served once it has left the set (docs/versions.rst, "What leaves a set").
+Nothing else is excused: a Resource List (current or archived) and a Resource Dump leave out a
+resource as soon as it leaves the set (docs/dumps.rst, "When a resource leaves the set").
 """
 
 import collections
@@ -57,17 +58,15 @@ def _moment(value):
 
 def _xml_links(page, root):
     """The links of a ResourceSync document (or a manifest): each entry's ``<loc>`` and ``rs:ln``
-    with the time the entry describes (its change's ``datetime``, or the document's ``at``), the
-    document's own ``rs:ln`` and its stylesheet."""
+    with the time of the change the entry tells of (its ``datetime``; none for a snapshot's
+    entry), the document's own ``rs:ln`` and its stylesheet."""
     found = []
-    top = root.find(f"{{{RS}}}md")
-    at = _moment(top.get("at")) if top is not None else None
     for ln in root.findall(f"{{{RS}}}ln"):
         found.append(Link(ln.get("href"), page, ln.get("rel", "")))
     for entry in [*root.findall(f"{{{SM}}}url"), *root.findall(f"{{{SM}}}sitemap")]:
         loc = entry.findtext(f"{{{SM}}}loc").strip()
         md = entry.find(f"{{{RS}}}md")
-        when = _moment(md.get("datetime")) if md is not None and md.get("datetime") else at
+        when = _moment(md.get("datetime")) if md is not None and md.get("datetime") else None
         found.append(Link(loc, page, "", when, loc))
         for ln in entry.findall(f"{{{RS}}}ln"):
             found.append(Link(ln.get("href"), page, ln.get("rel", ""), when, loc))
