@@ -12,10 +12,11 @@ from . import storage
 from .models import ChangeDumpPackage, ChangeList, Document, ResourceSet, SourceState
 
 #: Sent by change tracking, in the transaction that records it, when resources leave a set
-#: (deleted, made private, filtered out): ``resource_set``, ``leaving``, ``{object_pk: record
-#: id}``, ``uris``, ``{object_pk: URI}`` they had, and ``in_use``, the sha-256 of bytes the same
-#: batch's changes use (of other objects). Whatever lists them or holds their bytes must stop
-#: serving them (see builders.withdrawal).
+#: (deleted, made private, filtered out), or move to other URIs: ``resource_set``, ``leaving``,
+#: ``{object_pk: record id}``, ``moved``, the same of those that moved, ``uris``, ``{object_pk:
+#: URI}`` they had, and ``in_use``, the sha-256 of bytes the same batch's changes use (of other
+#: objects). Whatever lists those URIs or holds the bytes of what left must stop serving them
+#: (see builders.withdrawal).
 resources_left = Signal()
 
 

@@ -216,3 +216,45 @@ def test_a_destination_starting_a_baseline_after_a_withdrawal_ends_in_sync(live_
     assert status(audit_only=True)[:2] == ["IN", "SYNC"]
     mirrored = {path.name for path in (tmp_path / "mirror").rglob("*") if path.is_file()}
     assert mirrored and not {f.file.name.rsplit("/", 1)[-1] for f in hidden.files.all()} & mirrored
+
+
+def test_a_file_renamed_leaves_its_old_uri_out_of_the_list_and_the_dump(published, committing):
+    """A resource that moves is, to a Destination, one deleted and one created: its old URI
+    would answer 404, so the lists and the dump stop giving it with the change."""
+    renamed = Item.objects.order_by("pk")[1].files.first()
+    old_uri = "http://testserver" + renamed.get_absolute_url()
+    assert old_uri in resource_list(published)
+    with committing():
+        renamed.name = "renamed.txt"
+        renamed.save()
+    new_uri = "http://testserver" + renamed.get_absolute_url()
+    assert new_uri != old_uri
+    listed = resource_list(published)
+    assert old_uri not in listed and new_uri not in listed, "the list at its at, less what left since"
+    assert_the_dump_covers_the_list(published)
+
+
+def test_a_change_dump_package_cut_while_a_resource_leaves_is_withdrawn_and_packed_again(published, committing,
+                                                                                      monkeypatch):
+    from django_resourcesync import tracking
+    from django_resourcesync.builders import changedump
+    from django_resourcesync.models import ChangeDumpPackage
+
+    item = Item.objects.order_by("pk")[5]
+    with committing():
+        item.files.first().file.save("v2.txt", ContentFile(b"changed, then made private"), save=True)
+    real = changedump.Packer.finish
+
+    def finish_then_leave(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        with committing():  # made private while its bytes were being packed
+            Item.objects.filter(pk=item.pk).update(is_public=False)
+            tracking.changed(model=Item, pks=[item.pk])
+
+    monkeypatch.setattr(changedump.Packer, "finish", finish_then_leave)
+    package = changedump.package_changes(published)
+    monkeypatch.undo()
+    package.refresh_from_db()
+    assert package.withdrawn is not None
+    changedump.package_changes(published)
+    assert not ChangeDumpPackage.objects.filter(resource_set=published, withdrawn__isnull=False).exists()

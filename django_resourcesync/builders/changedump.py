@@ -182,7 +182,7 @@ def _cut(resource_set, number, events, from_time, until, *, replacing=None):
             package = ChangeDumpPackage.objects.create(resource_set=resource_set, number=number, **values)
         # A resource that left the set while this was packed: the package is withdrawn at once
         # and packed again next time.
-        leaving = {key for key, _record in Withdrawal.since(resource_set, context.build.started)}
+        leaving = {key for key, *_rest in Withdrawal.since(resource_set, context.build.started)}
         if leaving & keys:
             withdraw_packages(ChangeDumpPackage.objects.filter(pk=package.pk))
     return package

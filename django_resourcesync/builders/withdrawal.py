@@ -46,11 +46,13 @@ HOLDING = (capabilities.RESOURCELIST, capabilities.RESOURCEDUMP, capabilities.CH
 
 
 @receiver(resources_left, dispatch_uid="resourcesync_withdraw")
-def withdraw(sender, resource_set, leaving, uris=None, in_use=(), **kwargs):
-    """Take ``leaving``, ``{object_pk: record id}`` of resources that have just left the set
-    (their URIs ``uris``, ``{object_pk: URI}``), out of every list and package of the set that
-    holds them (under the set's lock)."""
-    if not leaving:
+def withdraw(sender, resource_set, leaving, uris=None, in_use=(), moved=None, **kwargs):
+    """Take ``leaving``, ``{object_pk: record id}`` of resources that have just left the set,
+    out of every list and package of the set that holds them, and the old URIs of those that
+    ``moved`` (the same) out of the lists and Resource Dumps (``uris``: ``{object_pk: URI}`` they
+    had), under the set's lock."""
+    moved = moved or {}
+    if not leaving and not moved:
         return
     uris = uris or {}
     now = timezone.now()
@@ -61,9 +63,10 @@ def withdraw(sender, resource_set, leaving, uris=None, in_use=(), **kwargs):
         # Checked by the running build before it publishes.
         Withdrawal.objects.bulk_create([
             Withdrawal(resource_set=resource_set, object_pk=key, resource_id=record_id, uri=uris.get(key, ""), at=now)
-            for key, record_id in leaving.items()
+            for key, record_id in (*leaving.items(), *moved.items())
         ])
-    record_ids, locs = list(leaving.values()), [uris[key] for key in leaving if key in uris]
+    record_ids = [*leaving.values(), *moved.values()]
+    locs = [uris[key] for key in (*leaving, *moved) if key in uris]
     for build in builds:
         if build.status == Build.Status.RUNNING:
             continue
@@ -71,8 +74,9 @@ def withdraw(sender, resource_set, leaving, uris=None, in_use=(), **kwargs):
             resourcelist.cut_from_build(build, record_ids, locs)
         elif build.capability == capabilities.RESOURCEDUMP:
             _withdraw_from_dump(build, record_ids, locs)
-    changedump.withdraw_packages_holding(resource_set, list(leaving), now)
-    versions.forget_withdrawn(resource_set, list(leaving), in_use=in_use)
+    if leaving:
+        changedump.withdraw_packages_holding(resource_set, list(leaving), now)
+        versions.forget_withdrawn(resource_set, list(leaving), in_use=in_use)
 
 
 def _withdraw_from_dump(build, record_ids, locs):

@@ -357,12 +357,15 @@ class SetWriter:
         if gone:
             bulk.filter_in(Resource.objects.all(), "pk", gone).delete()
         self._note_left_out(left_out, [key for key in keys if key not in left_out])
-        if withdrawn:
-            # What held their bytes stops serving them, in this transaction (builders.withdrawal);
-            # bytes this batch's changes use (another object's) are not theirs to forget.
+        # Resources that move leave their old URIs, which the lists and dumps stop giving too.
+        moved = {key: known[key]["id"] for key, values in writes.items() if key in known and known[key]["uri"] != values["uri"]}
+        if withdrawn or moved:
+            # What listed them or held their bytes stops serving them, in this transaction
+            # (builders.withdrawal); bytes this batch's changes use (another object's) are not
+            # theirs to forget.
             in_use = set(self.kept) | {change.sha256 for change in changes if change.sha256 and change.change != "deleted"}
             resources_left.send(sender=type(self.resource_set), resource_set=self.resource_set, leaving=withdrawn,
-                                uris={key: known[key]["uri"] for key in withdrawn}, in_use=in_use)
+                                moved=moved, uris={key: known[key]["uri"] for key in (*withdrawn, *moved)}, in_use=in_use)
         now = timezone.now()
         set_id = self.resource_set.pk
         rewritten = {True: [], False: []}  # {moved: rows}
