@@ -137,7 +137,7 @@ EXPECTED_KINDS = {
     ("resourcedump", "sitemapindex"), ("resourcedump", "urlset"), ("resourcedump-manifest", "urlset"),
     ("changedump", "sitemapindex"), ("changedump", "urlset"), ("changedump-manifest", "urlset"),
     ("resourcelist-archive", "urlset"), ("resourcedump-archive", "urlset"), ("changelist-archive", "sitemapindex"),
-    ("changelist-archive", "urlset"), ("changedump-archive", "sitemapindex"), ("changedump-archive", "urlset"),
+    ("changelist-archive", "urlset"), ("changedump-archive", "urlset"),
     ("framework-notification", "urlset"), ("change-notification", "urlset"),
 }
 
