@@ -326,3 +326,33 @@ def test_changes_since_a_resource_list_are_read_with_any_w3c_datetime():
     }
     assert set(_since(changed, "2024-01-01T00:00:00Z")) == {"http://example.org/a"}
     assert set(_since(changed, None)) == set(changed)
+
+
+def test_a_resource_dump_that_leaves_out_a_listed_resource_is_reported(source):
+    """Section 9: a resource in the Resource List must be in a Resource Dump. A dump whose
+    package was withdrawn without being packed again (as this app once did) no longer is."""
+    from django.utils import timezone
+
+    from django_resourcesync.builders import resourcedump
+
+    bitstreams = source["bitstreams"]
+    build = Build.objects.get(resource_set=bitstreams, capability="resourcedump", status=Build.Status.PUBLISHED)
+    Document.objects.filter(build=build, name__endswith=".zip").update(withdrawn=timezone.now())
+    resourcedump.rewrite_dump(build)
+    code, lines = run("--set", "bitstreams", "--all")
+    listed = Resource.objects.filter(resource_set=bitstreams).count()
+    found = problems(lines)
+    assert code == 1 and len(found) == listed == 8, found  # up to ten are named, each
+    assert all("in no package of the Resource Dump (section 9)" in line for line in found)
+
+
+def test_a_manifest_copy_that_is_not_the_packed_manifest_is_reported(source):
+    manifest = Document.objects.get(resource_set=source["metadata"], name__endswith="-manifest.xml",
+                                    build__status=Build.Status.PUBLISHED)
+    with storage.get_storage().open(manifest.storage_name, "rb") as stored:
+        body = stored.read()
+    storage.get_storage().delete(manifest.storage_name)
+    storage.get_storage().save(manifest.storage_name, io.BytesIO(body.replace(b"?>\n", b"?>\n<!-- edited -->\n", 1)))
+    code, lines = run("--set", "metadata", "--all")
+    (found,) = problems(lines)
+    assert code == 1 and "not the manifest.xml packed in" in found and "section 13.1" in found

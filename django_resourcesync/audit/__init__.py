@@ -210,6 +210,7 @@ class Auditor:
         if doc is None:
             return
         listed, changed = [], {}  # the Resource Lists (entries, at), and the latest change of each URI
+        dumped = None  # the URIs of the Resource Dump's bitstreams, and its at, once every package is read
         for entry in rules.entries(doc):
             name, target = (rules.md(entry) or {}).get("capability"), rules.loc(entry)
             if not name or not target or name.endswith("-notification"):
@@ -227,11 +228,37 @@ class Auditor:
             elif name in (capabilities.RESOURCEDUMP, capabilities.CHANGEDUMP):
                 manifest = (capabilities.RESOURCEDUMP_MANIFEST if name == capabilities.RESOURCEDUMP
                             else capabilities.CHANGEDUMP_MANIFEST)
-                for package in found[: self.package_sample] if self.package_sample is not None else found:
-                    self.package(package, manifest)
+                sampled = found[: self.package_sample] if self.package_sample is not None else found
+                packed = set()
+                for package in sampled:
+                    packed |= self.package(package, manifest)
+                if name == capabilities.RESOURCEDUMP and len(sampled) == len(found):
+                    dumped = (packed, roots[0].get("at") if roots else None)
         # As a Destination takes them: the Resource List, then what changed after its ``at``.
         for found, at in listed:
             self.resources(found, _since(changed, at))
+            if dumped is not None:
+                self.covered(found, _since(changed, at), *dumped, _since(changed, dumped[1]))
+
+    #: How many resources missing from the Resource Dump the report names (it counts them all).
+    NAMED = 10
+
+    def covered(self, found, since_list, packed, dump_at, since_dump):
+        """Section 9: "a given resource that appears in a Resource List must also appear in a
+        Resource Dump". A resource deleted after the list's ``at``, changed after the dump's
+        (the Change List brings it), or with no bytes to pack (no hash or length) is not
+        looked for."""
+        missing = [
+            rules.loc(entry) for entry in found
+            if rules.loc(entry) not in packed and rules.loc(entry) not in since_dump
+            and (since_list.get(rules.loc(entry)) or {}).get("change") != "deleted"
+            and {"hash", "length"} & set(rules.md(entry) or {})
+        ]
+        for uri in missing[: self.NAMED]:
+            self.report.problem(uri, "in the Resource List, but in no package of the Resource Dump (section 9)")
+        if len(missing) > self.NAMED:
+            self.report.problem(self.report.within, f"{len(missing) - self.NAMED} more resources of the Resource List are "
+                                                    "in no package of the Resource Dump (section 9)")
 
     def _sampled(self, found):
         if self.sample is None or len(found) <= self.sample:
@@ -282,30 +309,43 @@ class Auditor:
                 self.report.problem(uri, f"{said} with {algorithm} {value}, the bytes served have {digests[algorithm]}")
 
     def package(self, entry, manifest_capability):
+        """Check a dump's package; returns the URIs of the bitstreams its manifest gives."""
         uri, meta = rules.loc(entry), rules.md(entry) or {}
         with tempfile.TemporaryFile() as stored:
             try:
                 size, _headers, digests = self.hashed(uri, stored)
             except _Failed as exc:
                 self.report.problem(uri, f"a dump's package, but {exc}")
-                return
+                return set()
             self.report.count("packages")
             self._compare(uri, meta, size, digests, "the dump gives it")
             stored.seek(0)
             try:
                 with zipfile.ZipFile(stored) as package:
-                    self._package_contents(uri, package, manifest_capability)
+                    return self._package_contents(uri, package, manifest_capability, rules.hrefs(entry, "contents"))
             except (zipfile.BadZipFile, OSError, EOFError) as exc:
                 self.report.problem(uri, f"not a readable ZIP package: {exc}")
+                return set()
 
-    def _package_contents(self, uri, package, manifest_capability):
+    def _package_contents(self, uri, package, manifest_capability, contents=()):
         names = package.namelist()
         if "manifest.xml" not in names:
             self.report.problem(uri, "the package has no manifest.xml (section 11.2)")
-            return
-        doc = self.check_body(f"{uri}#manifest.xml", package.read("manifest.xml"), manifest_capability, published=False)
+            return set()
+        packed = package.read("manifest.xml")
+        for copy in contents[:1]:
+            try:
+                published, _headers = self.get(copy)
+            except _Failed as exc:
+                self.report.problem(copy, f"the manifest of {uri} (rel=\"contents\"), but {exc}")
+                continue
+            if published != packed:
+                self.report.problem(copy, f"not the manifest.xml packed in {uri}, byte for byte (section 13.1: the Source "
+                                          "must ensure that the two match)")
+        doc = self.check_body(f"{uri}#manifest.xml", packed, manifest_capability, published=False)
         if doc is None:
-            return
+            return set()
+        found = set()
         for entry in rules.entries(doc):
             meta = rules.md(entry) or {}
             path = meta.get("path", "")
@@ -321,9 +361,11 @@ class Auditor:
                     size += hashing.write(chunk)
             self._compare(f"{uri}#{member}", meta, size, {name: value.hexdigest() for name, value in digests.items()},
                           "the manifest gives it")
+            found.add(rules.loc(entry))
         for name in names:
             if name.startswith("/") or ".." in name.split("/") or "\\" in name:
                 self.report.problem(uri, f"the package holds an unsafe path {name!r}")
+        return found
 
 
 class _Hashing:
