@@ -578,3 +578,64 @@ def test_the_hub_takes_a_restricted_channels_subscription_with_its_token_only_an
     item.save()
     settle()
     assert len(subscriber.received) == 1
+
+
+# --- callbacks that reach the site's own network through IPv6 -------------------------------------
+
+CALLBACKS_CARRYING_IPV4 = [
+    # (callback, refused): IPv6 addresses that carry an IPv4 address reach it where they are routed.
+    ("http://[64:ff9b::7f00:1]/cb", True),  # NAT64 (well-known prefix) of 127.0.0.1
+    ("http://[64:ff9b::a01:203]/cb", True),  # ... of 10.1.2.3
+    ("http://[64:ff9b::a9fe:a9fe]/latest/meta-data", True),  # ... of 169.254.169.254
+    ("http://[64:ff9b:1::7f00:1]/cb", True),  # local-use NAT64: the site's own translator
+    ("http://[64:ff9b:1:7f00:1::]/cb", True),
+    ("http://[2002:7f00:1::]/cb", True),  # 6to4 of 127.0.0.1
+    ("http://[2002:c0a8:a::1]/cb", True),  # 6to4 of 192.168.0.10
+    ("http://[::7f00:1]/cb", True),  # IPv4-compatible
+    ("http://[::ffff:0:127.0.0.1]/cb", True),  # IPv4-translated (SIIT)
+    ("http://[::ffff:127.0.0.1]/cb", True),  # IPv4-mapped
+    ("http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/cb", True),  # Teredo, client 127.0.0.1
+    ("http://[2001:0:4136:e378:8000:63bf:f7f7:f7f7]/cb", True),  # Teredo: a tunnel, whatever the client
+    ("http://[64:ff9b::808:808]/cb", False),  # NAT64 of 8.8.8.8: a public host
+    ("http://[2002:808:808::1]/cb", False),  # 6to4 of 8.8.8.8
+    ("http://[2606:4700:4700::1111]/cb", False),  # global IPv6
+    ("http://8.8.8.8/cb", False),  # global IPv4
+]
+
+
+@pytest.mark.parametrize("callback, refused", CALLBACKS_CARRYING_IPV4)
+def test_an_ipv6_callback_is_refused_when_the_ipv4_address_it_carries_is_private(client, db, callback, refused):
+    offer(demo_set("metadata"), "change-notification")
+    response = client.post("/resourcesync/hub", {
+        "hub.mode": "subscribe", "hub.topic": "http://testserver/resourcesync/metadata/change-notification",
+        "hub.callback": callback,
+    })
+    if refused:
+        assert response.status_code == 400
+        assert "loopback, private or reserved address" in response.content.decode()
+    else:
+        assert response.status_code == 202, response.content
+
+
+@pytest.mark.parametrize("callback", [callback for callback, refused in CALLBACKS_CARRYING_IPV4 if refused][:4])
+def test_a_delivery_to_a_callback_carrying_a_private_ipv4_is_refused_without_connecting(transactional_db, callback):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_resourcesync.push import hub
+
+    # Subscribed before the hub refused such callbacks (or a name that resolved elsewhere then).
+    resource_set = offer(demo_set("metadata"), "change-notification")
+    subscription = Subscription.objects.create(
+        resource_set=resource_set, capability="change-notification", callback=callback, lease_seconds=600,
+        expires=timezone.now() + timedelta(seconds=600),
+    )
+    notification = Notification.objects.create(resource_set=resource_set, capability="change-notification", payload="<x/>")
+    delivery = Delivery.objects.create(notification=notification, subscription=subscription, target=callback,
+                                       give_up=subscription.expires)
+    hub.deliver([delivery.pk])
+    delivery.refresh_from_db()
+    assert delivery.state == "pending" and delivery.last_status is None
+    assert delivery.last_error.startswith("refused: its host is on a loopback, private or reserved address")
+    push.runner.cancel()  # the retry

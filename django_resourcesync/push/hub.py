@@ -9,10 +9,10 @@ notifications (section 7), to subscribers of the built-in hub or to an external 
   for a subscription with a secret, ``X-Hub-Signature: sha256=<HMAC of the body>``. Anything but
   a 2xx is retried with growing pauses until the subscription's lease ends (an external hub's:
   ``HUB_GIVE_UP_SECONDS``); then the delivery is marked failed, for the admin to show.
-- Callbacks on loopback, private, link-local and reserved addresses are refused, at subscription
-  and at each request (connected to the address that was checked, so a name that resolves
-  elsewhere the second time gains nothing), unless ``HUB_ALLOW_PRIVATE_CALLBACKS``; redirects
-  are not followed.
+- Callbacks on loopback, private, link-local and reserved addresses, or on IPv6 addresses that
+  carry one (NAT64, 6to4), are refused, at subscription and at each request (connected to the
+  address that was checked, so a name that resolves elsewhere the second time gains nothing),
+  unless ``HUB_ALLOW_PRIVATE_CALLBACKS``; redirects are not followed.
 """
 
 import hashlib
@@ -151,10 +151,31 @@ def address_of(parts, vetted=True):
     if not vetted or app_settings.HUB_ALLOW_PRIVATE_CALLBACKS:
         return addresses[0]
     for address in addresses:
-        ip = ipaddress.ip_address(address.split("%")[0])
-        if ip.is_global and not ip.is_multicast:
+        if acceptable(ipaddress.ip_address(address.split("%")[0])):
             return address
-    raise Refused("its host is on a loopback, private or reserved address (see HUB_ALLOW_PRIVATE_CALLBACKS)")
+    raise Refused("its host is on a loopback, private or reserved address, or an IPv6 address that carries one "
+                  "(see HUB_ALLOW_PRIVATE_CALLBACKS)")
+
+
+#: IPv6 ranges no callback on the Internet is on, though they may reach IPv4 hosts where they are
+#: routed: local-use NAT64 (RFC 8215, the site's own translator), IPv4-compatible (deprecated,
+#: RFC 4291), IPv4-translated (SIIT, RFC 2765) and Teredo (RFC 4380) addresses.
+REFUSED_IPV6 = tuple(ipaddress.ip_network(net) for net in ("64:ff9b:1::/48", "::/96", "::ffff:0:0:0/96", "2001::/32"))
+#: The well-known NAT64 prefix (RFC 6052): the last 32 bits are the IPv4 address it reaches.
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def acceptable(ip):
+    """Whether the hub may connect to ``ip``: a global unicast address, and, for an IPv6 address
+    that carries an IPv4 one (IPv4-mapped, 6to4, NAT64), one whose IPv4 address is too."""
+    if ip.version == 6 and any(ip in network for network in REFUSED_IPV6):
+        return False
+    if not ip.is_global or ip.is_multicast:
+        return False
+    if ip.version == 4:
+        return True
+    carried = [ip.ipv4_mapped, ip.sixtofour, ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in NAT64 else None]
+    return all(acceptable(inner) for inner in carried if inner is not None)
 
 
 # --- HTTP ----------------------------------------------------------------------------------
