@@ -14,6 +14,7 @@ from django.http.request import validate_host
 from django.urls import NoReverseMatch, reverse
 
 from . import capabilities, running, versions
+from .clients import parse_proxies
 from .conf import DEFAULTS, app_settings, is_rate, source_module_errors
 from .links import problems as link_problems
 from .models import RESERVED_SLUGS, ResourceSet
@@ -575,7 +576,7 @@ def _stylesheet_errors():
 
 
 def _api_errors():
-    """E026 and W010: the REST API (see docs/api.rst)."""
+    """E026, E032 and W010: the REST API and the limits per client (see docs/api.rst)."""
     errors = []
     rate = app_settings.API_ANON_RATE
     if rate is not None and not is_rate(rate):
@@ -585,6 +586,16 @@ def _api_errors():
                  "number, a slash, a period starting with s, m, h or d), or None for no limit. Meanwhile the default, "
                  f"{DEFAULTS['API_ANON_RATE']}, applies.",
             id="resourcesync.E026",
+        ))
+    _networks, _unix, refused = parse_proxies(app_settings.TRUSTED_PROXIES)
+    if refused:
+        errors.append(Error(
+            f"RESOURCESYNC['TRUSTED_PROXIES'] = {app_settings.TRUSTED_PROXIES!r} cannot be used: "
+            + "; ".join(f"{entry!r} {reason}" for entry, reason in refused) + ".",
+            hint='Give a list of the addresses or networks of the proxies in front of the site, e.g. ["127.0.0.1", '
+                 '"10.0.0.0/8"] ("unix" for one on a Unix socket), or [] when clients connect to the site directly. '
+                 "Meanwhile what cannot be used is not trusted.",
+            id="resourcesync.E032",
         ))
     missing = [app for app in API_PAGE_APPS if not apps.is_installed(app)]
     if missing:

@@ -121,9 +121,14 @@ DEFAULTS = {
     # server: a table of its entries, with its dates and links (see django_resourcesync.pages).
     # Every other client gets the XML as published. False: everyone gets the XML.
     "HTML_PAGES": True,
-    # The REST API (/resourcesync/api/): requests an anonymous client may make, per IP address,
-    # as DRF writes rates ("300/minute"); None: no limit.
+    # The REST API (/resourcesync/api/): requests an anonymous client may make, per client
+    # address (see TRUSTED_PROXIES), as DRF writes rates ("300/minute"); None: no limit.
     "API_ANON_RATE": "300/minute",
+    # The proxies in front of the site (load balancer, nginx): IP addresses or networks
+    # ("10.0.0.0/8"), "unix" for one on a Unix socket. The X-Forwarded-For of a request that
+    # comes from one of them names its client; with none (the default) a client is the address
+    # of the connection, and the header is ignored.
+    "TRUSTED_PROXIES": (),
     # Whether the public Source Description lists the sets for partners with a token too (their
     # Capability List URIs only; reading them still takes a token). False: they are not named
     # anywhere the public reads.
