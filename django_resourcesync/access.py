@@ -4,8 +4,11 @@ A set whose ``access`` is ``"token"`` serves its documents (Capability List, lis
 archives, prior versions, notification channels) only to requests that carry, in
 ``Authorization: Bearer <token>``, a token issued for that set. Without a token, or with one that
 is unknown, expired or revoked, the answer is 401 with ``WWW-Authenticate: Bearer``; with a valid
-token for other sets only, 403. The public Source Description does not list such a set (unless
-``LIST_TOKEN_SETS``), nor do discovery links, robots.txt or the REST API's public answers.
+token for other sets only, 403. A client that sent ``AUTH_FAILURE_RATE`` tokens that are not
+valid gets 429 with ``Retry-After`` for any token until the period ends (see
+:mod:`django_resourcesync.clients`). The public Source Description does not list such a set
+(unless ``LIST_TOKEN_SETS``), nor do discovery links, robots.txt or the REST API's public
+answers.
 
 Tokens are issued per Destination (:func:`issue`: the admin, the REST API and ``manage.py
 resourcesync_token`` call it). Only a SHA-256 digest of a token is kept: the token is shown once.
@@ -32,6 +35,7 @@ from django.urls import get_resolver, get_urlconf
 from django.utils import timezone
 from django.utils.cache import patch_cache_control, patch_vary_headers
 
+from . import clients
 from .models import AccessToken, ResourceSet, Subscription
 
 logger = logging.getLogger(__name__)
@@ -85,18 +89,22 @@ def revoke(tokens):
 
 
 class Denied(Exception):
-    """A request the token rules refuse: 401 (no valid token) or 403 (not for this set)."""
+    """A request the token rules refuse: 401 (no valid token), 403 (not for this set) or 429
+    (too many failed tokens from its client: ``retry_after`` seconds to wait)."""
 
-    def __init__(self, status, message, error=None):
+    def __init__(self, status, message, error=None, *, retry_after=None):
         super().__init__(message)
-        self.status, self.message, self.error = status, message, error
+        self.status, self.message, self.error, self.retry_after = status, message, error, retry_after
 
     def response(self):
-        challenge = f'Bearer realm="{REALM}"'
-        if self.error:
-            challenge += f', error="{self.error}", error_description="{self.message}"'
         response = HttpResponse(self.message + "\n", status=self.status, content_type="text/plain; charset=utf-8")
-        response["WWW-Authenticate"] = challenge
+        if self.retry_after is not None:
+            response["Retry-After"] = str(self.retry_after)
+        else:
+            challenge = f'Bearer realm="{REALM}"'
+            if self.error:
+                challenge += f', error="{self.error}", error_description="{self.message}"'
+            response["WWW-Authenticate"] = challenge
         return private(response)
 
 
@@ -107,13 +115,18 @@ def private(response):
     return response
 
 
-def bearer(request):
-    """The token of the request's ``Authorization: Bearer`` header; ``None`` without one (another
-    scheme, Basic say, is not this app's)."""
+def _bearer_value(request):
+    """What follows ``Bearer`` in the request's ``Authorization`` header; ``None`` for another
+    scheme (Basic, say, is not this app's) or none."""
     scheme, _space, value = request.headers.get("Authorization", "").strip().partition(" ")
-    if scheme.lower() != "bearer":
+    return value.strip() if scheme.lower() == "bearer" else None
+
+
+def bearer(request):
+    """The token of the request's ``Authorization: Bearer`` header; ``None`` without one."""
+    value = _bearer_value(request)
+    if value is None:
         return None
-    value = value.strip()
     if not value or len(value) > MAX_TOKEN_LENGTH or any(not 33 <= ord(char) <= 126 for char in value):
         raise Denied(401, "The bearer token is malformed.", "invalid_token")
     return value
@@ -125,17 +138,32 @@ _UNSET = object()
 def token_of(request):
     """The valid :class:`~django_resourcesync.models.AccessToken` the request carries, ``None``
     if it carries none; :class:`Denied` for an unknown, expired or revoked one. Looked up once
-    per request."""
+    per request. A client that sent ``AUTH_FAILURE_RATE`` tokens that are not valid is refused
+    any token, a valid one included, until the period ends (:class:`Denied`, 429)."""
     found = getattr(request, "_resourcesync_token", _UNSET)
     if found is _UNSET:
         try:
-            found = _look_up(bearer(request))
+            found = _counted_look_up(request)
         except Denied as denied:
             found = denied
         request._resourcesync_token = found
     if isinstance(found, Denied):
         raise found
     return found
+
+
+def _counted_look_up(request):
+    if _bearer_value(request) is None:
+        return None
+    wait = clients.authentication_wait(request)
+    if wait is not None:
+        raise Denied(429, f"Too many tokens that are not valid came from your address: try again in {wait} s.",
+                     retry_after=wait)
+    try:
+        return _look_up(bearer(request))
+    except Denied:
+        clients.authentication_failed(request)
+        raise
 
 
 def _look_up(value):

@@ -578,15 +578,16 @@ def _stylesheet_errors():
 def _api_errors():
     """E026, E032 and W010: the REST API and the limits per client (see docs/api.rst)."""
     errors = []
-    rate = app_settings.API_ANON_RATE
-    if rate is not None and not is_rate(rate):
-        errors.append(Error(
-            f"RESOURCESYNC['API_ANON_RATE'] = {rate!r} is not a request rate.",
-            hint='Give requests per period as DRF writes rates, e.g. "300/minute", "10/second", "1000/day" (a positive '
-                 "number, a slash, a period starting with s, m, h or d), or None for no limit. Meanwhile the default, "
-                 f"{DEFAULTS['API_ANON_RATE']}, applies.",
-            id="resourcesync.E026",
-        ))
+    for key in ("API_ANON_RATE", "AUTH_FAILURE_RATE"):
+        rate = getattr(app_settings, key)
+        if rate is not None and not is_rate(rate):
+            errors.append(Error(
+                f"RESOURCESYNC['{key}'] = {rate!r} is not a request rate.",
+                hint='Give requests per period as DRF writes rates, e.g. "300/minute", "10/second", "1000/day" (a '
+                     "positive number, a slash, a period starting with s, m, h or d), or None for no limit. Meanwhile "
+                     f"the default, {DEFAULTS[key]}, applies.",
+                id="resourcesync.E026",
+            ))
     _networks, _unix, refused = parse_proxies(app_settings.TRUSTED_PROXIES)
     if refused:
         errors.append(Error(

@@ -1,4 +1,4 @@
-"""Who a client is, by its address.
+"""Who a client is, by its address, and how often it failed to authenticate.
 
 :func:`client_address` is the address of the client that sent a request: ``REMOTE_ADDR``, the
 peer of the connection, unless that peer is one of the proxies the site declares in
@@ -11,12 +11,24 @@ header is not read at all.
 :func:`client_key` is what limits per client count by: the address, or for IPv6 its ``/64``
 network (one subscriber of IPv6 holds a whole ``/64``, and could otherwise take a new address
 for every request).
+
+:func:`authentication_wait` and :func:`authentication_failed` count failed authentications (a
+wrong password, an unknown token) per client key against ``RESOURCESYNC["AUTH_FAILURE_RATE"]``
+in the default cache, as DRF's throttles count requests: a client past the rate is refused every
+authentication, a right password included, until the period it failed in ends.
 """
 
 import ipaddress
+import logging
+import math
+import time
 from functools import lru_cache
 
-from .conf import app_settings
+from django.core.cache import cache
+
+from .conf import app_settings, rate_setting
+
+logger = logging.getLogger(__name__)
 
 #: The entry of ``TRUSTED_PROXIES`` that trusts a peer without an IP address: a proxy on the same
 #: machine that talks to the site over a Unix socket (``REMOTE_ADDR`` is then empty or unset).
@@ -25,6 +37,7 @@ UNIX = "unix"
 LOCAL = "local"
 #: The prefix length of the IPv6 networks counted as one client.
 IPV6_CLIENT_PREFIX = 64
+SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_proxies(value):
@@ -124,3 +137,43 @@ def client_key(request):
         return str(ipaddress.ip_network(f"{address}/{IPV6_CLIENT_PREFIX}", strict=False))
     return str(address)
 
+
+def _window(request):
+    """``(cache key, requests allowed, seconds left)`` of the period of ``AUTH_FAILURE_RATE``
+    the request falls in; ``None`` without a limit."""
+    rate = rate_setting("AUTH_FAILURE_RATE")
+    if rate is None:
+        return None
+    count, period = rate.split("/")
+    seconds = SECONDS[period[0]]
+    now = time.time()
+    window = int(now // seconds)
+    left = max(1, math.ceil((window + 1) * seconds - now))
+    return f"resourcesync:auth-failures:{seconds}:{client_key(request)}:{window}", int(count), left
+
+
+def authentication_wait(request):
+    """Seconds the request's client must wait before it may authenticate again (it failed
+    ``AUTH_FAILURE_RATE`` times in the current period); ``None`` if it may now."""
+    window = _window(request)
+    if window is None:
+        return None
+    key, allowed, left = window
+    return left if (cache.get(key) or 0) >= allowed else None
+
+
+def authentication_failed(request):
+    """Count a failed authentication of the request's client (atomically where the cache is
+    shared: Redis, Memcached)."""
+    window = _window(request)
+    if window is None:
+        return
+    key, _allowed, left = window
+    cache.add(key, 0, left + 1)
+    try:
+        failures = cache.incr(key)
+    except ValueError:  # the period ended between the two calls
+        cache.set(key, 1, left + 1)
+        failures = 1
+    logger.info("Failed authentication %d from %s (%s %s)", failures, client_address(request), request.method,
+                request.path[:200])

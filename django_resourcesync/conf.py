@@ -13,11 +13,14 @@ Read options through :data:`app_settings` (``app_settings.BASE_URL``). Unknown k
 hint.
 """
 
+import logging
 import re
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
+
+logger = logging.getLogger(__name__)
 
 DEFAULTS = {
     # Absolute base of every URI the documents contain: scheme and host, no trailing slash.
@@ -124,6 +127,10 @@ DEFAULTS = {
     # The REST API (/resourcesync/api/): requests an anonymous client may make, per client
     # address (see TRUSTED_PROXIES), as DRF writes rates ("300/minute"); None: no limit.
     "API_ANON_RATE": "300/minute",
+    # Failed authentications (a wrong password, an unknown or expired token) a client may make,
+    # per IP address (per /64 for IPv6), as DRF writes rates; past it every authentication it
+    # tries is a 429 until the period ends, a right one included. None: no limit.
+    "AUTH_FAILURE_RATE": "20/hour",
     # The proxies in front of the site (load balancer, nginx): IP addresses or networks
     # ("10.0.0.0/8"), "unix" for one on a Unix socket. The X-Forwarded-For of a request that
     # comes from one of them names its client; with none (the default) a client is the address
@@ -208,6 +215,16 @@ def is_rate(value):
     """Whether ``value`` is a request rate DRF's throttles can read (``"300/minute"``); checked
     here, below the API and the system checks that both need it."""
     return isinstance(value, str) and _RATE.fullmatch(value) is not None
+
+
+def rate_setting(name):
+    """The rate the setting ``name`` gives (``None``: no limit); its default, with a warning in
+    the log, while it is not a rate (the system check resourcesync.E026 reports it)."""
+    rate = getattr(app_settings, name)
+    if rate is None or is_rate(rate):
+        return rate
+    logger.warning("RESOURCESYNC[%r] = %r is not a rate; using %s", name, rate, DEFAULTS[name])
+    return DEFAULTS[name]
 
 
 def _reload(*, setting, **kwargs):

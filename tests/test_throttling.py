@@ -1,15 +1,22 @@
 """Limits per client, over HTTP against a live server: who a client is (its address, never what
-it writes into X-Forwarded-For, unless the site declares its proxies)."""
+it writes into X-Forwarded-For, unless the site declares its proxies), and how often it may fail
+to authenticate (passwords, DRF tokens, partners' bearer tokens) before it is refused any
+authentication for the rest of the period."""
 
 from types import SimpleNamespace
 
 import pytest
 import requests
+from django.contrib.auth.models import Permission, User
 from django.core import checks
 from django.core.cache import cache
 from django.test import RequestFactory
 
+from django_resourcesync import access
 from django_resourcesync.clients import client_address, client_key
+
+from .conftest import demo_set
+from .helpers import build
 
 API = "/resourcesync/api/"
 
@@ -70,6 +77,53 @@ def test_behind_declared_proxies_the_forwarded_client_is_counted_and_what_it_wro
     assert statuses == [200] * 3 + [429]
 
 
+def manager(password):
+    user = User.objects.create_user("manager", "manager@example.org", password, is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(content_type__app_label="resourcesync"))
+    return user
+
+
+def test_failed_basic_auth_and_token_guesses_are_429_past_the_rate_even_for_the_right_password(live):
+    live.configure(AUTH_FAILURE_RATE="3/minute")
+    manager("right horse")
+    url = f"{live.url}{API}builds/"
+    assert get(url, auth=("manager", "right horse")).status_code == 200  # a success is not counted
+    # Three failures, with a new spoofed header each, by password and by DRF token.
+    assert get(url, xff="198.51.100.1", auth=("manager", "guess 1")).status_code == 401
+    assert get(url, xff="198.51.100.2", auth=("manager", "guess 2")).status_code == 401
+    assert get(url, xff="198.51.100.3", headers={"Authorization": "Token 0123456789abcdef"}).status_code == 401
+    for credentials in ({"auth": ("manager", "guess 4")}, {"auth": ("manager", "right horse")},
+                        {"headers": {"Authorization": "Token 0123456789abcdef"}}):
+        refused = get(url, xff="198.51.100.4", **credentials)
+        assert refused.status_code == 429, credentials
+        assert 1 <= int(refused.headers["Retry-After"]) <= 60
+        assert "failed authentications" in refused.json()["detail"]
+    # Reads that send no credentials are still answered (the anonymous rate counts them).
+    assert get(f"{live.url}{API}sets/").status_code == 200
+
+
+def test_bad_bearer_tokens_are_429_past_the_rate_even_for_a_valid_token(live, seed):
+    seed(1)
+    partners = demo_set("all-records")
+    build(partners)
+    token = access.issue("Partner Library", [partners])[1]
+    live.configure(AUTH_FAILURE_RATE="3/minute")
+    url = f"{live.url}/resourcesync/{partners.slug}/capabilitylist.xml"
+
+    def with_token(value):
+        return get(url, xff="198.51.100.1", headers={"Authorization": f"Bearer {value}"})
+
+    assert with_token(token).status_code == 200
+    for guess in ("rs_guess-1", "rs_guess-2", "not a token"):
+        assert with_token(guess).status_code == 401
+    for value in ("rs_guess-4", token):
+        refused = with_token(value)
+        assert refused.status_code == 429, value
+        assert 1 <= int(refused.headers["Retry-After"]) <= 60
+        assert "private" in refused.headers["Cache-Control"]
+    assert get(url).status_code == 401  # without a token: the challenge, as before
+
+
 @pytest.mark.parametrize("remote, forwarded, proxies, address, key", [
     ("192.0.2.1", "203.0.113.7", [], "192.0.2.1", "192.0.2.1"),
     ("::ffff:192.0.2.1", None, [], "192.0.2.1", "192.0.2.1"),
@@ -88,7 +142,7 @@ def test_the_client_address_read_from_the_peer_and_the_declared_proxies(settings
     assert (client_address(request), client_key(request)) == (address, key)
 
 
-def test_proxies_that_cannot_be_used_are_a_check_error_with_a_hint(settings):
+def test_proxies_and_a_failure_rate_that_cannot_be_used_are_check_errors_with_a_hint(settings):
     def reported(**options):
         settings.RESOURCESYNC = {**settings.RESOURCESYNC, **options}
         return [m for m in checks.run_checks() if m.id in ("resourcesync.E026", "resourcesync.E032")]
@@ -98,3 +152,5 @@ def test_proxies_that_cannot_be_used_are_a_check_error_with_a_hint(settings):
                            ([10], "10 is not")):
         (error,) = reported(TRUSTED_PROXIES=proxies)
         assert error.id == "resourcesync.E032" and named in error.msg and "10.0.0.0/8" in error.hint
+    (error,) = reported(TRUSTED_PROXIES=[], AUTH_FAILURE_RATE="5 a minute")
+    assert error.id == "resourcesync.E026" and "AUTH_FAILURE_RATE" in error.msg and "20/hour" in error.hint

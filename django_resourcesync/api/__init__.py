@@ -6,8 +6,8 @@ do (builds and their reports, pending changes, subscriptions, writing sets, rebu
 staff account with the app's model permissions, as the admin does.
 
 Its modules, each of one concern: ``permissions`` (who may do what), ``throttling`` (how often
-an anonymous client may ask), ``pagination`` (cursors), ``filters`` (the query parameters),
-``serializers`` (what each answer shows), ``sending`` (sending a task from a request),
-``views`` (the viewsets), ``routes`` (the router), ``schema`` (the OpenAPI schema and its page)
-and ``urls``. They sit at the top of the app: nothing else in it imports them.
+a client may ask, or fail to authenticate), ``pagination`` (cursors), ``filters`` (the query
+parameters), ``serializers`` (what each answer shows), ``sending`` (sending a task from a
+request), ``views`` (the viewsets), ``routes`` (the router), ``schema`` (the OpenAPI schema and
+its page) and ``urls``. They sit at the top of the app: nothing else in it imports them.
 """

@@ -27,7 +27,7 @@ from rest_framework.renderers import JSONRenderer
 from .. import __version__
 from .openapi import ApiSchema, described
 from .routes import router
-from .throttling import throttles
+from .throttling import ThrottledView
 
 #: What the schema says of the API where the site's ``SPECTACULAR_SETTINGS`` say nothing.
 OWN_INFO = {
@@ -42,14 +42,11 @@ OWN_INFO = {
 }
 
 
-class SchemaViewBase:
-    """The app's throttle; errors in JSON (not YAML, not an HTML page), as everywhere in the API."""
+class SchemaViewBase(ThrottledView):
+    """The app's throttles; errors in JSON (not YAML, not an HTML page), as everywhere in the API."""
 
     schema = ApiSchema()
     permission_classes = [AllowAny]
-
-    def get_throttles(self):
-        return throttles()
 
     def handle_exception(self, exc):
         self.request.accepted_renderer, self.request.accepted_media_type = JSONRenderer(), "application/json"

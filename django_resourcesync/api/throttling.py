@@ -1,4 +1,5 @@
-"""How often an anonymous client may call the API: ``RESOURCESYNC["API_ANON_RATE"]``.
+"""How often a client may call the API: ``RESOURCESYNC["API_ANON_RATE"]`` for clients that are
+not logged in, ``RESOURCESYNC["AUTH_FAILURE_RATE"]`` for failed authentications.
 
 The rate is the app's own setting rather than DRF's ``DEFAULT_THROTTLE_RATES["anon"]``, so that
 a site which configures no DRF throttling still has the API limited (and does not get DRF's
@@ -10,15 +11,13 @@ A client is counted by :func:`django_resourcesync.clients.client_key`: its addre
 own rule believes the header of anyone while ``NUM_PROXIES`` is unset).
 """
 
-import logging
-
+from django.utils.translation import gettext as _
+from rest_framework.exceptions import AuthenticationFailed, Throttled
 from rest_framework.settings import api_settings
 from rest_framework.throttling import AnonRateThrottle
 
-from ..clients import client_key
-from ..conf import DEFAULTS, app_settings, is_rate
-
-logger = logging.getLogger(__name__)
+from ..clients import authentication_failed, authentication_wait, client_key
+from ..conf import rate_setting
 
 
 class AnonymousRateThrottle(AnonRateThrottle):
@@ -27,13 +26,9 @@ class AnonymousRateThrottle(AnonRateThrottle):
     scope = "resourcesync_anon"
 
     def get_rate(self):
-        rate = app_settings.API_ANON_RATE
-        if rate is None or is_rate(rate):
-            return rate
-        # Reported by the system check resourcesync.E026; meanwhile the default limit holds,
-        # rather than none, and the request is answered (never a 500).
-        logger.warning("RESOURCESYNC['API_ANON_RATE'] = %r is not a rate; using %s", rate, DEFAULTS["API_ANON_RATE"])
-        return DEFAULTS["API_ANON_RATE"]
+        # A rate that is not one is reported by the system check resourcesync.E026; meanwhile
+        # the default limit holds, rather than none, and the request is answered (never a 500).
+        return rate_setting("API_ANON_RATE")
 
     def get_ident(self, request):
         return client_key(request)
@@ -42,3 +37,23 @@ class AnonymousRateThrottle(AnonRateThrottle):
 def throttles():
     """The throttles of every view of the API: the app's, then the site's defaults."""
     return [AnonymousRateThrottle(), *(throttle() for throttle in api_settings.DEFAULT_THROTTLE_CLASSES)]
+
+
+class ThrottledView:
+    """What every view of the API mixes in: the app's throttles, and authentication that counts
+    failures against ``AUTH_FAILURE_RATE``: a client past it gets a 429 with ``Retry-After`` for
+    any request with credentials (``Authorization``), before they are checked."""
+
+    def get_throttles(self):
+        return throttles()
+
+    def perform_authentication(self, request):
+        if "HTTP_AUTHORIZATION" in request.META:
+            wait = authentication_wait(request)
+            if wait is not None:
+                raise Throttled(wait, _("Too many failed authentications from your address."))
+        try:
+            request.user  # authenticates
+        except AuthenticationFailed:
+            authentication_failed(request)
+            raise

@@ -39,7 +39,7 @@ from . import filters, sending, serializers
 from .openapi import ApiSchema, described
 from .pagination import BySlug, CursorPages, NewestFirst
 from .permissions import IsManager, ReadByAnyone, holds, sees_every_set
-from .throttling import throttles
+from .throttling import ThrottledView
 
 CAPABILITY_NAMES = [capability.name for capability in capabilities.TABLE]
 
@@ -59,9 +59,9 @@ class Shallow:
             raise ParseError(_("The body is nested too deep to read.")) from None
 
 
-class ApiView:
+class ApiView(ThrottledView):
     """What every view of the API shares, whatever the site's DRF defaults are: its schema
-    class (so a site need not set ``DEFAULT_SCHEMA_CLASS``), the app's throttle, no filter
+    class (so a site need not set ``DEFAULT_SCHEMA_CLASS``), the app's throttles, no filter
     backends (each view reads its own parameters), and a 401 for a client that is not logged
     in whenever one of the site's authentication classes can say how to log in."""
 
@@ -70,9 +70,6 @@ class ApiView:
 
     def get_parsers(self):
         return [Shallow(parser) for parser in super().get_parsers()]
-
-    def get_throttles(self):
-        return throttles()
 
     def get_authenticate_header(self, request):
         # DRF asks the first authentication class only: with session authentication first (it
