@@ -5,7 +5,7 @@ from django.db import DatabaseError
 
 from django_resourcesync import bulk, links, sources
 
-from . import views
+from . import uploads, views
 from .models import Collection, Item, ItemFile, item_metadata_path, item_path
 
 
@@ -46,7 +46,8 @@ class BitstreamSource(sources.ResourceSource):
         return obj.file
 
     def media_type(self, obj):
-        return obj.media_type or None
+        # The type the file is served with (its view uses the same function).
+        return uploads.served_type(obj)
 
     def links(self, obj):
         return [

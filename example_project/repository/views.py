@@ -3,7 +3,6 @@ partners: the record view answers a request with a token for the "all-records" s
 the admin or by ``manage.py resourcesync_token``) with the record of any item."""
 
 import datetime
-import mimetypes
 
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -15,6 +14,7 @@ from django_resourcesync import access
 from django_resourcesync.access import token_access
 from django_resourcesync.models import ResourceSet
 
+from . import uploads
 from .models import Item, ItemFile
 
 #: The Dublin Core record of an item, and the type it is served with.
@@ -92,8 +92,12 @@ def item_file(request, item, pk, name):
         handle = obj.file.open("rb")
     except (FileNotFoundError, ValueError):
         raise Http404("File missing") from None
-    content_type = obj.media_type or mimetypes.guess_type(obj.name)[0] or "application/octet-stream"
-    response = FileResponse(handle, content_type=content_type)
+    # Only a few types are shown in the browser; any other is downloaded, and none runs as a
+    # page of the site (see uploads.py). The type is the one the Resource Lists give.
+    content_type = uploads.served_type(obj)
+    response = uploads.protect(FileResponse(
+        handle, content_type=content_type, as_attachment=not uploads.shown_inline(content_type), filename=obj.name,
+    ))
     response["Content-Length"] = str(obj.file.size)
     # Whole seconds: only once the second of the last change is over, or a change later in that
     # second would hide behind a 304.
