@@ -10,6 +10,7 @@ import urllib.request
 
 import pytest
 from django.core.files.base import ContentFile
+from django.core.files.uploadedfile import SimpleUploadedFile
 from resync.resource_list import ResourceList
 
 from example_project.repository.models import Collection, Item, ItemFile
@@ -132,6 +133,34 @@ def test_plain_text_and_raster_images_are_shown_in_place(stored):
     assert status == 200 and body == b"bytes" and response["Content-Type"] == stored
     assert not response.get("Content-Disposition", "").startswith("attachment")
     assert response["X-Content-Type-Options"] == "nosniff" and POLICY_DIRECTIVES <= policy(response)
+
+
+@pytest.mark.parametrize("typed", ["text html", "html", "text/html\r\nX-Injected: yes", "text/", "/plain",
+                                   "text/plain; charset", "text/plain;;", "ünï/code"])
+def test_the_admin_refuses_a_media_type_that_is_not_one(admin_client, typed):
+    item = new_item()
+    response = admin_client.post("/admin/repository/itemfile/add/", {
+        "item": item.pk, "name": "upload.html", "media_type": typed,
+        "file": SimpleUploadedFile("upload.html", SCRIPT),
+    })
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == ["media_type"]
+    assert "is not a media type: write it as type/subtype" in errors["media_type"][0]
+    assert not ItemFile.objects.exists()
+
+
+def test_the_admin_writes_a_media_type_as_it_is_served_and_listed(admin_client):
+    item = new_item()
+    response = admin_client.post(f"/admin/repository/item/{item.pk}/change/", {
+        "collection": item.collection_id, "title": "x", "creator": "", "abstract": "", "is_public": "on",
+        "files-TOTAL_FORMS": "2", "files-INITIAL_FORMS": "0", "files-MIN_NUM_FORMS": "0", "files-MAX_NUM_FORMS": "1000",
+        "files-0-name": "a.txt", "files-0-media_type": " Text/Plain; charset=UTF-8 ",
+        "files-0-file": SimpleUploadedFile("a.txt", b"a"),
+        "files-1-name": "b.txt", "files-1-media_type": "", "files-1-file": SimpleUploadedFile("b.txt", b"b"),
+    })
+    assert response.status_code == 302
+    assert dict(item.files.values_list("name", "media_type")) == {"a.txt": "text/plain; charset=UTF-8", "b.txt": ""}
 
 
 @pytest.mark.django_db
