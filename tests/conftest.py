@@ -20,6 +20,16 @@ def documents_storage(settings, tmp_path):
 
 
 @pytest.fixture(autouse=True)
+def fresh_cache():
+    """Each test starts with an empty cache: what one test counted (throttles, failed
+    authentications) does not count against the next."""
+    from django.core.cache import caches
+
+    for cache in caches.all():
+        cache.clear()
+
+
+@pytest.fixture(autouse=True)
 def fresh_push_offers():
     """Which sets offer a notification channel is read again in each test (its database is new),
     and the push thread has nothing left of a test when the next starts."""
