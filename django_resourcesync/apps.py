@@ -20,7 +20,7 @@ class ResourceSyncConfig(AppConfig):
         from .conf import app_settings, source_module_errors
         from .push import receivers as push_receivers
         from .sources import registry
-        from .tracking import receivers
+        from .tracking import outbox, receivers
 
         self.sources = registry
 
@@ -37,6 +37,7 @@ class ResourceSyncConfig(AppConfig):
         receivers.connect_tracked_models()
         receivers.connect_sets()
         receivers.connect_celery()
+        outbox.connect()  # the embedded mode's catch-up, once the process serves requests
         push_receivers.connect()
         access.connect()
         sqlite.connect()

@@ -355,19 +355,28 @@ def _check_links(resource_set):
 @register(Tags.compatibility)
 def check_tasks(app_configs=None, **kwargs):
     """I001: where the app's tasks run (see :mod:`.running`); W016: pending changes that wait
-    for more than a minute, and why; E030: a ``TASKS`` value the app does not know."""
+    for more than a minute, and why; E030: a ``TASKS`` value the app does not know, or an
+    ``EMBEDDED_CATCH_UP_SECONDS`` that is not a number of seconds."""
     try:
         chosen = app_settings.TASKS
+        every = app_settings.EMBEDDED_CATCH_UP_SECONDS
     except ImproperlyConfigured:  # RESOURCESYNC itself is wrong: E001 and E002 say so
         return []
+    messages = []
+    if every is not None and not running.is_interval(every):
+        messages.append(Error(
+            f"RESOURCESYNC['EMBEDDED_CATCH_UP_SECONDS'] = {every!r} is not a positive number of seconds.",
+            hint=f"Default: {DEFAULTS['EMBEDDED_CATCH_UP_SECONDS']} (applied meanwhile). None: a process that serves "
+                 "requests looks for the pending changes left by others at its first request only.",
+            id="resourcesync.E030",
+        ))
     if chosen not in running.CHOICES:
-        return [Error(
+        return [*messages, Error(
             f"RESOURCESYNC['TASKS'] = {app_settings.TASKS!r} is not one of {', '.join(map(repr, running.CHOICES))}.",
             hint='"auto" (the default) sends tasks to Celery workers when the site has a Celery app with a broker '
                  'that answers, and runs them in the process otherwise.',
             id="resourcesync.E030",
         )]
-    messages = []
     if _run_by_the_check_command():
         # Said by ``manage.py check`` only: every other command runs the checks too, and would
         # print it before its own output.

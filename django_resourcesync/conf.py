@@ -45,6 +45,10 @@ DEFAULTS = {
     # Hand the pending changes of autocommit saves, and the queueing of their processing, to a
     # thread of the process (see django_resourcesync.tracking.outbox); off: each save does both itself.
     "BACKGROUND_DISPATCH": True,
+    # In the embedded mode, a process that serves requests processes the pending changes that no
+    # thread of its own is processing (left by a process that was killed, or that ended before
+    # its thread ran): at its first request, then every this many seconds. None: at the first only.
+    "EMBEDDED_CATCH_UP_SECONDS": 60,
     # Builds of each capability kept in storage after they are replaced, so that a Destination
     # that fetched an index just before a switch-over can still fetch its parts.
     "KEEP_BUILDS": 1,

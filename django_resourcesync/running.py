@@ -10,7 +10,9 @@ in force, :func:`mode`, is one of
   (``CELERY_TASK_ALWAYS_EAGER``): a task runs where it is sent, as Celery does it;
 - ``embedded``: no Celery app is configured, or its broker is not set or does not answer; the
   app runs its tasks itself, in the process, the processing of changes on a thread after the
-  commit, never in the saving request (see :mod:`.tracking.outbox`).
+  commit, never in the saving request (see :mod:`.tracking.outbox`); a process that serves
+  requests also processes, on that thread, what other processes left pending (at its first
+  request, then every ``EMBEDDED_CATCH_UP_SECONDS``).
 
 ``RESOURCESYNC["TASKS"]`` chooses: ``"auto"`` (the default: as above), ``"celery"`` (always
 send, whatever the broker does) or ``"embedded"``. ``manage.py check`` says which mode is in
@@ -29,7 +31,7 @@ from celery import _state as celery_state
 from celery import current_app
 from django.core.signals import setting_changed
 
-from .conf import app_settings
+from .conf import DEFAULTS, app_settings
 
 logger = logging.getLogger(__name__)
 
@@ -186,6 +188,21 @@ def send(task, *args, **kwargs):
     return task.delay(*args, **kwargs)
 
 
+def is_interval(value):
+    """Whether ``value`` is a positive number of seconds."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def catch_up_seconds():
+    """``EMBEDDED_CATCH_UP_SECONDS`` (``None``: no look after the first): its default while it
+    is neither ``None`` nor a positive number (the check ``resourcesync.E030`` says so)."""
+    try:
+        every = app_settings.EMBEDDED_CATCH_UP_SECONDS
+    except Exception:  # RESOURCESYNC itself is wrong: E001 and E002 say so
+        every = DEFAULTS["EMBEDDED_CATCH_UP_SECONDS"]
+    return every if every is None or is_interval(every) else DEFAULTS["EMBEDDED_CATCH_UP_SECONDS"]
+
+
 #: Seconds after which a pending change that is still waiting is reported as stalled.
 STALLED_SECONDS = 60
 
@@ -217,6 +234,9 @@ def stalled(now=None):
         why = (f"they are queued for Celery workers ({current.reason}) and none has processed them: is a worker "
                "running (celery -A <your project> worker)?")
     else:
-        why = (f"this site processes them in its own process ({current.reason}), on a thread after each commit, and "
-               "that has not happened: the log of the site's process says why (logger django_resourcesync)")
+        every = catch_up_seconds()
+        looks = f"at its first request and every {every:g} seconds" if every else "at its first request"
+        why = (f"this site processes them in its own process ({current.reason}), on a thread after each commit and, "
+               f"in a process that serves requests, {looks}; that has not happened: the log of the site's process "
+               "says why (logger django_resourcesync)")
     return Stalled(count, oldest, why)

@@ -2,11 +2,19 @@
 a thread after the commit, and says so; SQLite's writers wait their turn; a stalled processing is
 reported with its reason; channels nobody subscribes to cost one query."""
 
+import contextlib
+import json
 import logging
+import os
 import socket
+import sqlite3
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from celery import current_app
@@ -21,6 +29,8 @@ from django_resourcesync.tracking import outbox
 from example_project.repository.models import Collection, Item
 
 from .conftest import demo_set
+from .helpers import free_port
+from .test_push import wait_for
 
 
 @pytest.fixture
@@ -306,3 +316,133 @@ def test_a_flush_that_times_out_writes_the_changes_it_still_holds(embedded, seed
         assert saves.count() == 2, "the save the thread had not taken is written too"
     finally:
         release.set()
+
+
+# A serving process processes what other processes left pending: on its first request, and on
+# a timer. Real processes: the example project served by runserver in its embedded default, and
+# ``manage.py shell`` scripts killed (SIGKILL) right after a commit.
+
+KILLED_AFTER_ITS_COMMIT = """
+import os, signal
+from django.db import transaction
+from example_project.repository.models import Item
+item = Item.objects.filter(is_public=True).order_by("pk")[{index}]
+with transaction.atomic():
+    item.title = {title!r}
+    item.save()
+print(item.pk, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # before the thread that processes its change has run
+"""
+
+
+class Site:
+    """The example project in its embedded default (no broker; SQLite in a folder of its own),
+    run through ``manage.py``, with settings that add ``options`` to ``RESOURCESYNC``."""
+
+    root = Path(__file__).resolve().parents[1]
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.database = folder / "db.sqlite3"
+        (folder / "embedded_site_settings.py").write_text(
+            "import json\n"
+            "import os\n"
+            "from example_project.settings import *  # noqa: F403\n"
+            "RESOURCESYNC = {**RESOURCESYNC, **json.loads(os.environ.get('SITE_RESOURCESYNC', '{}'))}  # noqa: F405\n"
+        )
+        self.env = {key: value for key, value in os.environ.items()
+                    if key not in ("DATABASE_URL", "TEST_DATABASE_URL", "CELERY_BROKER_URL")}
+        self.env.update(EXAMPLE_VAR_DIR=str(folder), DJANGO_SETTINGS_MODULE="embedded_site_settings",
+                        PYTHONPATH=os.pathsep.join([str(folder), str(self.root), os.environ.get("PYTHONPATH", "")]))
+
+    def manage(self, *args, check=True):
+        return subprocess.run([sys.executable, "manage.py", *args], cwd=self.root, env=self.env, capture_output=True,
+                              text=True, check=check, timeout=300)
+
+    @contextlib.contextmanager
+    def serving(self, options=None):
+        """``runserver`` (no reloader) from the moment it has answered its first request."""
+        port = free_port()
+        log = self.folder / f"runserver-{port}.log"
+        with open(log, "w") as output:
+            server = subprocess.Popen(
+                [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"], cwd=self.root,
+                env={**self.env, "SITE_RESOURCESYNC": json.dumps(options or {})}, stdout=output, stderr=output,
+            )
+        try:
+            url = f"http://127.0.0.1:{port}/.well-known/resourcesync"
+            if not (wait_for(lambda: server.poll() is not None or answers(url), timeout=60) and server.poll() is None):
+                raise RuntimeError(f"the server did not start: {log.read_text()[-2000:]}")
+            yield log
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+    def killed_after_saving(self, index, title):
+        """Save an item in a transaction from a ``manage.py shell`` script killed right after
+        the commit: its pending change is committed, and never processed by it. The item's key."""
+        done = self.manage("shell", "-c", KILLED_AFTER_ITS_COMMIT.format(index=index, title=title), check=False)
+        assert done.returncode == -9, done.stderr
+        return done.stdout.split()[-1]
+
+    def changes_of(self, item_pk):
+        """(its pending changes, its change events "updated"), as the site's database has them."""
+        with contextlib.closing(sqlite3.connect(self.database, timeout=30)) as db:
+            return tuple(db.execute(f"SELECT count(*) FROM {table} WHERE object_pk = ?{where}", [item_pk]).fetchone()[0]
+                         for table, where in (("resourcesync_pendingchange", ""),
+                                              ("resourcesync_changeevent", " AND change = 'updated'")))
+
+    def processed(self, item_pk, within=30):
+        """Whether the item's pending changes become change events within ``within`` seconds
+        (no request is made meanwhile)."""
+
+        def done():
+            pending, updated = self.changes_of(item_pk)
+            return not pending and updated
+
+        return wait_for(done, timeout=within)
+
+
+def answers(url):
+    try:
+        urllib.request.urlopen(url, timeout=5).read()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    site = Site(tmp_path_factory.mktemp("embedded-site"))
+    site.manage("migrate", "--no-input")
+    site.manage("seed_repository", "--items", "4")
+    site.manage("resourcesync_rebuild")
+    return site
+
+
+def test_a_serving_process_processes_on_its_first_request_what_a_killed_process_left(site):
+    item_pk = site.killed_after_saving(0, "Saved by a process killed after its commit")
+    pending, updated = site.changes_of(item_pk)
+    assert pending and not updated, "the killed process left its change pending"
+    with site.serving() as log:  # defaults: its first request is the wait for it to answer
+        assert site.processed(item_pk), log.read_text()[-2000:]
+
+
+def test_a_serving_process_processes_on_a_timer_what_other_processes_left(site):
+    with site.serving({"EMBEDDED_CATCH_UP_SECONDS": 1}) as log:
+        item_pk = site.killed_after_saving(1, "Saved while the site serves, by a process killed after its commit")
+        assert site.processed(item_pk), log.read_text()[-2000:]
+
+
+def test_check_refuses_a_catch_up_interval_that_is_not_a_number_of_seconds(settings):
+    def errors(value):
+        settings.RESOURCESYNC = {**settings.RESOURCESYNC, "EMBEDDED_CATCH_UP_SECONDS": value}
+        return [m for m in checks.run_checks() if m.id == "resourcesync.E030"]
+
+    for wrong in ("60", 0, -5, True):
+        found = errors(wrong)
+        assert len(found) == 1 and "EMBEDDED_CATCH_UP_SECONDS" in found[0].msg and found[0].hint, wrong
+        assert running.catch_up_seconds() == 60, "the default applies meanwhile"
+    for right in (None, 0.5, 3600):
+        assert errors(right) == [], right
+        assert running.catch_up_seconds() == right

@@ -29,6 +29,13 @@ request; without the thread, the commit's callback does.
 The process flushes what the thread still holds when it exits, and after each Celery task. A
 process killed in the milliseconds between a save's commit and the thread's write loses that
 pending change; the periodic reconcile finds the difference and records it.
+
+A process killed after the commit, or one that ends before its thread has processed what it
+committed, leaves pending changes that no one is about to process: with workers, beat's
+``resourcesync.process_changes`` entry runs them. In the embedded mode, a process that serves
+requests does (:meth:`Dispatcher.serve`): its thread processes every pending change it finds
+soon after the process's first request, and again every ``EMBEDDED_CATCH_UP_SECONDS``. Nothing
+of it runs at start-up, nor in commands, which serve no request.
 """
 
 import atexit
@@ -40,6 +47,7 @@ import threading
 import time
 
 from celery import current_app
+from django.core.signals import request_started
 from django.db import connections, router, transaction
 from django.utils import timezone
 
@@ -201,6 +209,8 @@ class Dispatcher:
         self._busy = False
         self._writing = {}  # source -> when its oldest save was made, of the rows being written now
         self._thread = None
+        self._catch_up = None  # the processing task, once the process serves requests (see serve())
+        self._look_at = None  # when (monotonic) the thread looks for pending changes next, if ever
 
     def submit(self, task, *, rows=None, using=None, sources=(), saved=None):
         """Hand over rows to insert (in database ``using``), the saves of committed
@@ -214,9 +224,32 @@ class Dispatcher:
             if saved:
                 self._stamps.setdefault(using, {}).update(saved)
             wanted.update(sources)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="resourcesync-dispatch", daemon=True)
-                self._thread.start()
+            self._start()
+        self._wake.set()
+
+    def _start(self):
+        """Start the thread if it is not running (the lock held)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="resourcesync-dispatch", daemon=True)
+            self._thread.start()
+
+    @property
+    def serving(self):
+        """Whether the process serves requests (:meth:`serve` was called)."""
+        return self._catch_up is not None
+
+    def serve(self, task):
+        """The process serves requests: in the embedded mode, have the thread process every
+        pending change it finds (``task``: the processing task) now, and every
+        ``EMBEDDED_CATCH_UP_SECONDS`` after: those a process that was killed or ended left, or
+        that another process committed and is not processing. The mode is asked at each look: a
+        site whose broker comes back sends nothing then, as its workers and beat take over."""
+        with self._lock:
+            if self._catch_up is not None:
+                return
+            self._catch_up = task
+            self._look_at = time.monotonic()
+            self._start()
         self._wake.set()
 
     def held_since(self, source_name):
@@ -266,17 +299,42 @@ class Dispatcher:
 
     def _run(self):
         while True:
-            self._wake.wait()
-            time.sleep(GATHER_SECONDS)
-            self._wake.clear()
+            if self._wake.wait(self._until_look()):
+                time.sleep(GATHER_SECONDS)
+                self._wake.clear()
             try:
                 self._round()
+                self._look()
                 if not self._wake.is_set():
                     # Idle: let the thread's database connections go (a busy thread keeps
                     # them, as connecting costs more than a round).
                     connections.close_all()
             except Exception:  # the thread must outlive any failure; what it held is logged
                 logger.exception("Change dispatch failed; the next reconcile finds what it held")
+
+    def _until_look(self):
+        """Seconds until the next look for pending changes (``None``: no look to come)."""
+        with self._lock:
+            return None if self._look_at is None else max(0.0, self._look_at - time.monotonic())
+
+    def _look(self):
+        """When it is time, process every pending change found, in the embedded mode (see
+        :meth:`serve`); a flush waits for it as for a round."""
+        with self._lock:
+            if self._look_at is None or self._look_at > time.monotonic():
+                return
+            self._busy = True
+        try:
+            if running.mode().name == running.EMBEDDED:
+                running.send(self._catch_up)
+        except Exception:  # the next look tries again
+            logger.exception("Processing the pending changes found failed")
+        finally:
+            every = running.catch_up_seconds()
+            with self._lock:
+                self._look_at = time.monotonic() + every if every else None
+                self._busy = False
+                self._done.notify_all()
 
     def _round(self):
         with self._lock:
@@ -335,6 +393,17 @@ class Dispatcher:
 
 
 dispatcher = Dispatcher()
+
+
+def serving(sender=None, **kwargs):
+    """``request_started``: the process serves requests (see :meth:`Dispatcher.serve`); one
+    attribute read per request once it is known."""
+    if not dispatcher.serving:
+        dispatcher.serve(processing_task())
+
+
+def connect():
+    request_started.connect(serving, dispatch_uid="resourcesync_catch_up_when_serving")
 
 
 class _OnCommit:
