@@ -587,7 +587,7 @@ def _stylesheet_errors():
 def _api_errors():
     """E026, E032 and W010: the REST API and the limits per client (see docs/api.rst)."""
     errors = []
-    for key in ("API_ANON_RATE", "AUTH_FAILURE_RATE"):
+    for key in ("API_ANON_RATE", "AUTH_FAILURE_RATE", "HUB_REQUESTS_PER_CLIENT"):
         rate = getattr(app_settings, key)
         if rate is not None and not is_rate(rate):
             errors.append(Error(
@@ -620,7 +620,7 @@ def _api_errors():
 
 
 def _hub_errors():
-    """E022-E024: the push settings (see docs/notifications.rst)."""
+    """E022-E024: the push settings (see docs/notifications.rst and :mod:`.push.limits`)."""
     errors = []
     hub_url = app_settings.HUB_URL
     if hub_url is not None:
@@ -639,11 +639,16 @@ def _hub_errors():
             id="resourcesync.E023",
         ))
     for key, least in (("HUB_LEASE_SECONDS", 60), ("HUB_MAX_LEASE_SECONDS", 60), ("HUB_TIMEOUT", 1),
-                       ("HUB_GIVE_UP_SECONDS", 1), ("HUB_DELIVERY_THREADS", 1), ("NOTIFICATION_RETENTION", 0)):
+                       ("HUB_GIVE_UP_SECONDS", 1), ("HUB_DELIVERY_THREADS", 1), ("HUB_VERIFY_THREADS", 1),
+                       ("NOTIFICATION_RETENTION", 0), ("HUB_SUBSCRIPTIONS_PER_HOST", None),
+                       ("HUB_PENDING_VERIFICATIONS", None)):
         value = getattr(app_settings, key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        if least is None and value is None:
+            continue  # a limit that may be off
+        if not isinstance(value, int) or isinstance(value, bool) or value < (least or 1):
             errors.append(Error(
-                f"RESOURCESYNC['{key}'] = {value!r} is not a whole number of at least {least}.",
+                f"RESOURCESYNC['{key}'] = {value!r} is not a whole number of at least {least or 1}"
+                + (" or None." if least is None else "."),
                 hint=f"Default: {DEFAULTS[key]}.", id="resourcesync.E024",
             ))
     if not isinstance(app_settings.HUB_ALLOW_PRIVATE_CALLBACKS, bool):

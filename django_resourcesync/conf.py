@@ -110,6 +110,16 @@ DEFAULTS = {
     "HUB_GIVE_UP_SECONDS": 86400,
     # Deliveries of one notification made at once (a thread each).
     "HUB_DELIVERY_THREADS": 16,
+    # Verifications of intent made at once, a thread each (a callback that never answers holds
+    # one for HUB_TIMEOUT), at most half of them for the requests of one client.
+    "HUB_VERIFY_THREADS": 8,
+    # The built-in hub's limits; past one, a request is answered 429 with Retry-After. None: no
+    # limit. The (un)subscription requests one client may make (an IPv6 client counts by its
+    # /64), as DRF writes rates; the subscriptions, made or being verified, whose callbacks are
+    # on one host; the verifications waiting at once, all clients together.
+    "HUB_REQUESTS_PER_CLIENT": "60/hour",
+    "HUB_SUBSCRIPTIONS_PER_HOST": 100,
+    "HUB_PENDING_VERIFICATIONS": 100,
     # Seconds notifications are kept for the admin (a channel's latest is kept while it exists).
     "NOTIFICATION_RETENTION": 7 * 86400,
     # URI of a document describing the Source as a whole (Source Description rs:ln describedby).

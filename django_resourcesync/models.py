@@ -683,6 +683,8 @@ class Subscription(models.Model):
     resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="subscriptions")
     capability = models.CharField(_("channel"), max_length=32)
     callback = models.CharField(_("callback"), max_length=2048)
+    host = models.CharField(_("callback host"), max_length=255, blank=True, db_index=True,
+                            help_text=_("What HUB_SUBSCRIPTIONS_PER_HOST counts by."))
     secret = models.CharField(max_length=200, blank=True, help_text=_("Signs each delivery (X-Hub-Signature)."))
     lease_seconds = models.PositiveIntegerField(_("lease (seconds)"))
     expires = models.DateTimeField(_("expires"))
@@ -703,6 +705,36 @@ class Subscription(models.Model):
 
     def __str__(self):
         return f"{self.callback} ({self.resource_set.slug} {self.capability})"
+
+
+class SubscriptionRequest(models.Model):
+    """A (un)subscription request the built-in hub took: its verification of intent, waiting
+    until ``done``, and what the hub's limits per client count (see
+    :mod:`django_resourcesync.push.limits`)."""
+
+    mode = models.CharField(max_length=16)
+    resource_set = models.ForeignKey(ResourceSet, on_delete=models.CASCADE, related_name="+")
+    capability = models.CharField(max_length=32)
+    callback = models.CharField(max_length=2048)
+    host = models.CharField(max_length=255)
+    lease_seconds = models.PositiveIntegerField()
+    secret = models.CharField(max_length=200, blank=True)
+    token = models.ForeignKey(AccessToken, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    client = models.CharField(max_length=64, help_text=_("The client's address (an IPv6 address's /64)."))
+    created = models.DateTimeField(default=timezone.now)
+    claimed_until = models.DateTimeField(null=True, blank=True, help_text=_("Being verified by a process until then."))
+    claim = models.CharField(max_length=32, blank=True)
+    done = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["client", "created"], name="resourcesync_hubreq_client"),
+            models.Index(fields=["created"], name="resourcesync_hubreq_age"),
+            models.Index(fields=["host"], condition=models.Q(done__isnull=True), name="resourcesync_hubreq_waiting"),
+        ]
+
+    def __str__(self):
+        return f"{self.mode} {self.callback}"
 
 
 class Notification(models.Model):

@@ -216,12 +216,19 @@ def deliver_task(ids=None):
 def deliver_due_task():
     """The safety net of push (beat: every minute): announce what no notify run announced (a
     notify that was lost), and deliver every notification whose next attempt is due and that no
-    one is attempting. Returns ``(delivered, failed for good, to retry)``."""
+    one is attempting, and verifies the subscription requests a process left waiting. Returns
+    ``(delivered, failed for good, to retry)``."""
     announce.announce()
+    if hub.stale_requests():
+        push.queue(push.VERIFY)
     return hub.deliver()
 
 
 @shared_task(name="resourcesync.verify_subscription")
-def verify_subscription_task(mode, set_id, capability, callback, lease_seconds, secret="", token_id=None):
-    """Verify a (un)subscription's intent at its callback, and apply it if it is confirmed."""
-    return hub.verify(mode, set_id, capability, callback, lease_seconds, secret, token_id)
+def verify_subscription_task(request_id=None, **queued_before):
+    """Verify the (un)subscription requests waiting at their callbacks, ``HUB_VERIFY_THREADS``
+    at a time, and apply those confirmed (``request_id``: the request that queued it, for the
+    log). A task queued by an earlier version, with the request in its arguments, verifies that."""
+    if queued_before:
+        return hub.verify(**queued_before)
+    return hub.verify_pending()

@@ -14,6 +14,24 @@ import urllib.request
 ALGORITHMS = {"sha1": hashlib.sha1, "sha256": hashlib.sha256, "sha384": hashlib.sha384, "sha512": hashlib.sha512}
 
 
+class Quiet(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def wait_on(condition, predicate, timeout):
+    """Whether ``predicate()`` holds within ``timeout`` seconds, looked at whenever ``condition``
+    is notified."""
+    deadline = time.monotonic() + timeout
+    with condition:
+        while not predicate():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            condition.wait(remaining)
+        return True
+
+
 class Received:
     def __init__(self, body, headers, signed):
         self.body, self.headers, self.signed, self.at = body, headers, signed, time.monotonic()
@@ -34,10 +52,7 @@ class Subscriber:
         self.changed = threading.Condition()
         subscriber = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(Quiet):
             def do_GET(self):
                 query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
                 mode, topic = query.get("hub.mode"), query.get("hub.topic")
@@ -117,14 +132,53 @@ class Subscriber:
             return exc.code, exc.read().decode()
 
     def wait(self, predicate, timeout=15.0):
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while not predicate():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self.changed.wait(remaining)
-            return True
+        return wait_on(self.changed, predicate, timeout)
+
+    def close(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Callbacks:
+    """A host of many callbacks, as one who floods a hub has: every ``GET`` with a
+    ``hub.challenge`` under ``/echo/`` is confirmed; one under ``/hang/`` is taken and never
+    answered until :meth:`close` (the connection is then dropped)."""
+
+    def __init__(self, host="127.0.0.1"):
+        self.confirmed = []  # paths
+        self.hanging = []  # paths of the verifications held
+        self.changed = threading.Condition()
+        self.release = threading.Event()
+        callbacks = self
+
+        class Handler(Quiet):
+            def do_GET(self):
+                path, _, query = self.path.partition("?")
+                challenge = dict(urllib.parse.parse_qsl(query)).get("hub.challenge")
+                if path.startswith("/hang/"):
+                    with callbacks.changed:
+                        callbacks.hanging.append(path)
+                        callbacks.changed.notify_all()
+                    callbacks.release.wait(120)
+                    return
+                body = challenge.encode() if challenge and path.startswith("/echo/") else b"no"
+                self.send_response(200 if body != b"no" else 404)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                with callbacks.changed:
+                    if body != b"no":
+                        callbacks.confirmed.append(path)
+                    callbacks.changed.notify_all()
+
+        self.server = http.server.ThreadingHTTPServer((host, 0), Handler)
+        self.server.daemon_threads = True
+        self.base = f"http://{host}:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def wait(self, predicate, timeout=15.0):
+        return wait_on(self.changed, predicate, timeout)
 
     def close(self):
         self.release.set()

@@ -11,7 +11,7 @@ built-in hub, or to the external hub (:mod:`.hub`), by ``resourcesync.deliver`` 
 with backoff. The notifications and their deliveries are rows: a process killed between two
 steps loses nothing, the next run goes on from them.
 
-With tasks run in process (the embedded default), these tasks run in a thread of the process,
+With tasks run in process (the embedded default), these tasks run in threads of the process,
 :data:`runner`, never in the saving request: a slow subscriber holds up no one.
 """
 
@@ -120,9 +120,30 @@ def soon(set_id=None, *, using=None):
         transaction.on_commit(callback, using=using)
 
 
+class _Lane:
+    """Tasks of one kind waiting in a :class:`Runner`, and the thread that runs them."""
+
+    def __init__(self):
+        self.heap = []
+        self.thread = None
+        self.busy = False
+
+    def waiting(self, horizon=0.0):
+        """Whether a task is running, or due within ``horizon`` seconds."""
+        return self.busy or bool(self.heap and self.heap[0][0] <= time.monotonic() + horizon)
+
+
+#: The lane of each task that does not run on the main one: verifications, which each last up
+#: to HUB_TIMEOUT at a callback, never wait for a notify or a delivery, nor hold them up.
+LANES = {VERIFY: "resourcesync-verify"}
+MAIN_LANE = "resourcesync-push"
+
+
 class Runner:
-    """A thread that runs tasks handed to it when tasks run in process, each when it is due
-    (a retry's countdown), one at a time, off the requests that queued them."""
+    """Threads that run tasks handed to them when tasks run in process, each when it is due
+    (a retry's countdown), off the requests that queued them: a thread for the verifications
+    (``resourcesync.verify_subscription``, whose task verifies ``HUB_VERIFY_THREADS`` requests
+    at a time), one for the rest, each running its tasks one at a time."""
 
     def __init__(self):
         self._reset()
@@ -133,24 +154,24 @@ class Runner:
 
     def _reset(self):
         self._lock = threading.Condition()
-        self._heap = []
+        self._lanes = {}
         self._order = itertools.count()
-        self._thread = None
-        self._busy = False
 
     def submit(self, task, kwargs, countdown=0):
+        name = LANES.get(task.name, MAIN_LANE)
         with self._lock:
-            heapq.heappush(self._heap, (time.monotonic() + (countdown or 0), next(self._order), task, kwargs))
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="resourcesync-push", daemon=True)
-                self._thread.start()
+            lane = self._lanes.setdefault(name, _Lane())
+            heapq.heappush(lane.heap, (time.monotonic() + (countdown or 0), next(self._order), task, kwargs))
+            if lane.thread is None or not lane.thread.is_alive():
+                lane.thread = threading.Thread(target=self._run, args=(lane,), name=name, daemon=True)
+                lane.thread.start()
             self._lock.notify_all()
 
     def idle(self, timeout=10.0, horizon=0.0):
         """Wait until no task due within ``horizon`` seconds is waiting or running; False on timeout."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while self._busy or (self._heap and self._heap[0][0] <= time.monotonic() + horizon):
+            while any(lane.waiting(horizon) for lane in self._lanes.values()):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -160,16 +181,17 @@ class Runner:
     def cancel(self):
         """Forget what is waiting (tasks not yet started)."""
         with self._lock:
-            self._heap.clear()
+            for lane in self._lanes.values():
+                lane.heap.clear()
             self._lock.notify_all()
 
-    def _run(self):
+    def _run(self, lane):
         while True:
             with self._lock:
-                while not self._heap or self._heap[0][0] > time.monotonic():
-                    self._lock.wait(None if not self._heap else self._heap[0][0] - time.monotonic())
-                _due, _order, task, kwargs = heapq.heappop(self._heap)
-                self._busy = True
+                while not lane.heap or lane.heap[0][0] > time.monotonic():
+                    self._lock.wait(None if not lane.heap else lane.heap[0][0] - time.monotonic())
+                _due, _order, task, kwargs = heapq.heappop(lane.heap)
+                lane.busy = True
             try:
                 task.app.set_current()  # Celery's current app is per thread: the one that queued it
                 task(**kwargs)
@@ -178,7 +200,7 @@ class Runner:
             finally:
                 connections.close_all()
                 with self._lock:
-                    self._busy = False
+                    lane.busy = False
                     self._lock.notify_all()
 
 

@@ -30,15 +30,15 @@ from datetime import timedelta
 from urllib.parse import urlencode, urlsplit
 
 from django.db import close_old_connections, transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.urls import Resolver404, resolve
 from django.utils import timezone
 
 from .. import uris
 from ..builders import channel as channels
 from ..conf import app_settings
-from ..models import AccessToken, Delivery, Notification, ResourceSet, Subscription
-from . import DELIVER, VERIFY, announce, queue
+from ..models import AccessToken, Delivery, Notification, ResourceSet, Subscription, SubscriptionRequest
+from . import DELIVER, VERIFY, announce, limits, queue
 
 logger = logging.getLogger(__name__)
 
@@ -239,18 +239,112 @@ def with_query(url, params):
 # --- verification of intent ----------------------------------------------------------------
 
 
-def subscribe_later(mode, resource_set, capability, callback, lease, secret, *, token=None):
-    """Queue the verification of a request that passed :func:`parse_request` (and, for a
-    restricted set, came with ``token``, an :class:`~django_resourcesync.models.AccessToken`)."""
-    extra = {"token_id": token.pk} if token is not None else {}
-    queue(VERIFY, mode=mode, set_id=resource_set.pk, capability=capability, callback=callback, lease_seconds=lease,
-          secret=secret, **extra)
+class _Arrivals:
+    """What wakes :func:`verify_pending` in this process: a request queued, a verification ended."""
+
+    def __init__(self):
+        self.changed = threading.Condition()
+        self.count = 0
+
+    def tell(self, *args):
+        with self.changed:
+            self.count += 1
+            self.changed.notify_all()
 
 
-def verify(mode, set_id, capability, callback, lease_seconds, secret="", token_id=None):
+_arrivals = _Arrivals()
+#: Seconds between two looks for requests taken by other processes while verifications run here.
+LOOK_AGAIN = 1.0
+
+
+def subscribe_later(subscription_request):
+    """Queue the verification of a request that :func:`~.limits.admit` took (a
+    :class:`~django_resourcesync.models.SubscriptionRequest`), once its transaction commits."""
+
+    def send():
+        queue(VERIFY, request_id=subscription_request.pk)
+        _arrivals.tell()
+
+    transaction.on_commit(send)
+
+
+def verify_pending():
+    """Verify the requests waiting, oldest first, ``HUB_VERIFY_THREADS`` at a time (a thread
+    each, at most half of them for the requests of one client), and those that arrive while any
+    is under way: a callback that never answers holds one thread for ``HUB_TIMEOUT``, and no
+    other request. Each is claimed for as long as its verification may last, so that two
+    processes never verify it at once; one whose process died is verified once its claim runs
+    out. Returns how many callbacks confirmed."""
+    size = max(1, app_settings.HUB_VERIFY_THREADS)
+    confirmed, under_way = 0, set()
+    with ThreadPoolExecutor(size, thread_name_prefix="resourcesync-verify") as pool:
+        while True:
+            with _arrivals.changed:
+                seen = _arrivals.count
+            while len(under_way) < size and (row := _claim_request(size)) is not None:
+                future = pool.submit(_in_thread, _verify_request, row)
+                future.add_done_callback(_arrivals.tell)
+                under_way.add(future)
+            if not under_way:
+                return confirmed
+            with _arrivals.changed:
+                if _arrivals.count == seen:
+                    _arrivals.changed.wait(LOOK_AGAIN)
+            for future in [future for future in under_way if future.done()]:
+                under_way.discard(future)
+                confirmed += future.result()
+
+
+def stale_requests():
+    """Whether a subscription request has waited a minute with no one verifying it (its
+    process ended, or died, first)."""
+    now = timezone.now()
+    return SubscriptionRequest.objects.filter(
+        _free(now), done__isnull=True, created__lte=now - timedelta(seconds=60),
+    ).exclude(claim=limits.ADMITTING_CLAIM).exists()
+
+
+def _claim_request(size):
+    """The oldest request waiting that no one verifies, claimed, of a client that has fewer than
+    half of ``size`` under way; ``None`` if there is none."""
+    now = timezone.now()
+    waiting = SubscriptionRequest.objects.filter(done__isnull=True)
+    share = max(1, size // 2)
+    busy = (waiting.filter(claimed_until__gt=now).exclude(claim=limits.ADMITTING_CLAIM).values("client")
+            .annotate(under_way=Count("pk")).filter(under_way__gte=share).values_list("client", flat=True))
+    free = waiting.filter(_free(now)).exclude(claim=limits.ADMITTING_CLAIM).exclude(client__in=list(busy))
+    lease = timedelta(seconds=app_settings.HUB_TIMEOUT + 5)  # a verification's request ends by HUB_TIMEOUT
+    for pk in free.order_by("pk").values_list("pk", flat=True)[:size]:
+        token = uuid.uuid4().hex
+        if waiting.filter(_free(now), pk=pk).update(claim=token, claimed_until=now + lease):
+            return SubscriptionRequest.objects.get(pk=pk)
+    return None
+
+
+def _verify_request(row):
+    """Verify one claimed request; it is done then, whatever came of it (in the transaction
+    that applies it, if it is confirmed: the limit per host never counts it twice)."""
+
+    def settle():
+        SubscriptionRequest.objects.filter(pk=row.pk, claim=row.claim).update(
+            done=timezone.now(), secret="", claim="", claimed_until=None,
+        )
+
+    try:
+        return verify(row.mode, row.resource_set_id, row.capability, row.callback, row.lease_seconds, row.secret,
+                      row.token_id, settle=settle)
+    except Exception:
+        logger.exception("The %s of %s could not be verified", row.mode, row.callback)
+        return False
+    finally:
+        settle()  # (nothing left to do if it was applied)
+
+
+def verify(mode, set_id, capability, callback, lease_seconds, secret="", token_id=None, settle=None):
     """Verify the intent of a (un)subscription by a GET of the callback; if it echoes the
-    challenge, apply it. Returns whether it was verified. A subscription to a restricted set's
-    channel is made only while the token it came with is valid for the set, and ends with it."""
+    challenge, apply it (and call ``settle()`` in the same transaction). Returns whether it was
+    verified. A subscription to a restricted set's channel is made only while the token it came
+    with is valid for the set, and ends with it."""
     resource_set = ResourceSet.objects.filter(pk=set_id).first()
     if resource_set is None:
         return False
@@ -271,7 +365,10 @@ def verify(mode, set_id, capability, callback, lease_seconds, secret="", token_i
         logger.info("%s of %s not verified (answer %s)", mode, callback, status)
         return False
     if mode == "unsubscribe":
-        Subscription.objects.filter(resource_set=resource_set, capability=capability, callback=callback).delete()
+        with transaction.atomic():
+            Subscription.objects.filter(resource_set=resource_set, capability=capability, callback=callback).delete()
+            if settle is not None:
+                settle()
         return True
     if not announce.anyone_listens():
         # While nobody listened nothing was announced: the channels tell of what changed
@@ -279,12 +376,16 @@ def verify(mode, set_id, capability, callback, lease_seconds, secret="", token_i
         announce.announce()
     now = timezone.now()
     expires = now + timedelta(seconds=lease_seconds)
-    subscription, _created = Subscription.objects.update_or_create(
-        resource_set=resource_set, capability=capability, callback=callback,
-        defaults={"secret": secret, "lease_seconds": lease_seconds, "expires": expires, "verified": now, "token": token},
-    )
-    # A renewed lease: what waits for this callback is retried until the new end.
-    Delivery.objects.filter(subscription=subscription, state=Delivery.State.PENDING).update(give_up=expires)
+    with transaction.atomic():
+        subscription, _created = Subscription.objects.update_or_create(
+            resource_set=resource_set, capability=capability, callback=callback,
+            defaults={"secret": secret, "lease_seconds": lease_seconds, "expires": expires, "verified": now,
+                      "token": token, "host": limits.host_of(callback)},
+        )
+        # A renewed lease: what waits for this callback is retried until the new end.
+        Delivery.objects.filter(subscription=subscription, state=Delivery.State.PENDING).update(give_up=expires)
+        if settle is not None:
+            settle()
     return True
 
 

@@ -1,10 +1,12 @@
 """The built-in hub's endpoint (W3C WebSub 5.1): ``POST /resourcesync/hub``."""
 
+from django.db import transaction
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import access, uris
+from .. import access, clients, uris
 from ..conf import app_settings
+from . import limits
 from .hub import BadRequest, parse_request, set_of_topic, subscribe_later
 
 
@@ -26,9 +28,11 @@ def _not_allowed():
 
 
 @csrf_exempt  # subscribers are other sites
+@transaction.non_atomic_requests  # a request taken is counted at once, by every process (see limits)
 def hub(request):
     """Take a subscription request: 202 once it is checked (its intent is verified next), or a
-    4xx with the reason. Any other method than POST: a 405 saying what the hub is."""
+    4xx with the reason (429 with ``Retry-After`` past one of the hub's limits). Any other
+    method than POST: a 405 saying what the hub is."""
     if request.method != "POST":
         return _not_allowed()
     if app_settings.HUB_URL:
@@ -46,6 +50,11 @@ def hub(request):
         parsed = parse_request(request.POST)
     except BadRequest as exc:
         return _text(str(exc), 400)
-    mode = parsed[0]
-    subscribe_later(*parsed, token=token)
-    return _text(f"Accepted: the {mode} request is verified at the callback next.", 202)
+    try:
+        taken = limits.admit(clients.client_key(request), *parsed, token=token)
+    except limits.Limited as limited:
+        response = _text(f"Too many requests: {limited}.", 429)
+        response["Retry-After"] = str(limited.retry_after)
+        return response
+    subscribe_later(taken)
+    return _text(f"Accepted: the {taken.mode} request is verified at the callback next.", 202)
