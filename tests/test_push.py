@@ -639,3 +639,72 @@ def test_a_delivery_to_a_callback_carrying_a_private_ipv4_is_refused_without_con
     assert delivery.state == "pending" and delivery.last_status is None
     assert delivery.last_error.startswith("refused: its host is on a loopback, private or reserved address")
     push.runner.cancel()  # the retry
+
+
+# --- a short-lived process: its deliveries go out before it exits ---------------------------------
+
+CHANNEL_WITH_A_SUBSCRIBER = """
+from datetime import timedelta
+from django.utils import timezone
+from django_resourcesync.models import ResourceSet, Subscription
+from django_resourcesync.push import announce
+from django_resourcesync.rebuild import rebuild_set
+resource_set = ResourceSet.objects.get(slug="metadata")
+resource_set.capabilities = ["resourcelist", "changelist", "change-notification"]
+resource_set.save()
+rebuild_set(resource_set)
+Subscription.objects.create(resource_set=resource_set, capability="change-notification", callback={callback!r},
+                            lease_seconds=3600, expires=timezone.now() + timedelta(hours=1))
+announce.announce()  # the channel starts from what is published now
+"""
+
+SAVE_AND_EXIT = """
+from example_project.repository.models import Item
+item = Item.objects.filter(is_public=True).order_by("pk").first()
+item.title = {title!r}
+item.save()
+"""
+
+DELIVERIES = """
+from django_resourcesync.models import Delivery
+print("states:", *Delivery.objects.values_list("state", flat=True))
+"""
+
+
+def delivery_states(site):
+    said = site.manage("shell", "-c", DELIVERIES).stdout
+    return next(line.split()[1:] for line in said.splitlines() if line.startswith("states:"))
+
+
+@pytest.fixture
+def short_lived(tmp_path, subscriber):
+    """The example project in its embedded default, run by ``manage.py`` in processes of their
+    own, with a channel that ``subscriber`` is subscribed to."""
+    from .test_embedded import Site
+
+    site = Site(tmp_path)
+    site.manage("migrate", "--no-input")
+    site.manage("seed_repository", "--items", "2")
+    site.manage("shell", "-c", CHANNEL_WITH_A_SUBSCRIBER.format(callback=subscriber.callback))
+    return site
+
+
+def test_a_shell_script_that_saves_and_exits_delivers_before_it_exits(short_lived, subscriber):
+    done = short_lived.manage("shell", "-c", SAVE_AND_EXIT.format(title="Saved by a script"))
+    assert "RuntimeError" not in done.stderr, done.stderr
+    # The process has exited: what it delivered has arrived.
+    assert [md(e)["change"] for r in subscriber.received for e in entries(check_document(r.body, "change-notification"))] \
+        == ["updated"]
+    assert delivery_states(short_lived) == ["delivered"]
+
+
+def test_a_script_whose_subscriber_does_not_answer_exits_and_the_next_process_delivers(short_lived, subscriber):
+    short_lived.env["SITE_RESOURCESYNC"] = json.dumps({"HUB_TIMEOUT": 2})
+    subscriber.hang_next = 1  # and then answers
+    short_lived.manage("shell", "-c", SAVE_AND_EXIT.format(title="Saved while the subscriber hangs"))
+    assert subscriber.hanging.is_set() and not subscriber.received
+    assert delivery_states(short_lived) == ["pending"]  # a row, not lost
+    catch_up = "import time; time.sleep(3); from django_resourcesync.tasks import deliver_due_task; deliver_due_task()"
+    short_lived.manage("shell", "-c", catch_up)  # the next process, once the retry is due
+    assert len(subscriber.received) == 1
+    assert delivery_states(short_lived) == ["delivered"]

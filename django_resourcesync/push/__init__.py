@@ -16,6 +16,7 @@ With tasks run in process (the embedded default), these tasks run in threads of 
 """
 
 import atexit
+import concurrent.futures.thread  # noqa: F401 (its exit hook must be registered before drain's: see there)
 import heapq
 import itertools
 import logging
@@ -149,8 +150,6 @@ class Runner:
         self._reset()
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._reset)
-        # A short-lived process (a shell, a command) finishes what is due before it exits.
-        atexit.register(self.idle, timeout=10.0)
 
     def _reset(self):
         self._lock = threading.Condition()
@@ -205,3 +204,46 @@ class Runner:
 
 
 runner = Runner()
+
+#: Seconds beyond ``HUB_TIMEOUT`` a process that exits gives what it has to do before it goes.
+EXIT_GRACE = 5.0
+
+
+def drain(timeout=None):
+    """Finish what this process has to do before it goes (a ``manage.py shell`` script that
+    saved, a command): the pending changes its dispatcher holds
+    (:mod:`~django_resourcesync.tracking.outbox`), then the tasks due now that they queue here
+    (notify, deliveries, verifications), until none is left or ``timeout`` seconds
+    (``HUB_TIMEOUT`` + :data:`EXIT_GRACE`) have passed; retries due later are not waited for.
+    Whatever is left is rows: the changes and deliveries a later process finds. Returns whether
+    nothing was left."""
+    from django.apps import apps
+
+    if not apps.ready:
+        return True  # the app never ran in this process: nothing to finish
+    from ..conf import app_settings
+    from ..tracking import outbox
+
+    deadline = time.monotonic() + (app_settings.HUB_TIMEOUT + EXIT_GRACE if timeout is None else timeout)
+    while True:
+        outbox.dispatcher.flush(timeout=max(0.0, deadline - time.monotonic()))
+        idle = runner.idle(timeout=max(0.0, deadline - time.monotonic()))
+        if idle and not outbox.dispatcher.pending():
+            return True
+        if time.monotonic() >= deadline:
+            logger.warning("The process exits with work left to do; the next run takes it from the database")
+            return False
+
+
+def _drain_at_exit():
+    try:
+        drain()
+    except Exception:  # the process exits anyway; what is left is rows
+        logger.exception("Could not finish what this process had to do before it exits")
+
+
+# Run before the interpreter shuts down, while threads may still start and thread pools still
+# take work: threading's exit hooks run before the atexit ones, in the reverse order of their
+# registration, so this one runs before the one that stops every ThreadPoolExecutor (registered
+# by the import of concurrent.futures.thread above), which a delivery uses.
+getattr(threading, "_register_atexit", atexit.register)(_drain_at_exit)
