@@ -15,7 +15,7 @@ class ResourceSyncConfig(AppConfig):
         # Django's app loading: these modules need the models, so they are imported now. They
         # register the system checks, the receivers, and the tasks (found by name by the layers
         # below them).
-        from . import access, checks, signals, sqlite, tasks  # noqa: F401
+        from . import access, checks, push, signals, sqlite, tasks  # noqa: F401
         from .builders import withdrawal  # noqa: F401  (receives signals.resources_left)
         from .conf import app_settings, source_module_errors
         from .push import receivers as push_receivers
@@ -38,6 +38,7 @@ class ResourceSyncConfig(AppConfig):
         receivers.connect_sets()
         receivers.connect_celery()
         outbox.connect()  # the embedded mode's catch-up, once the process serves requests
+        outbox.dispatcher.also_on_look(push.catch_up)  # and the push's, with it
         push_receivers.connect()
         access.connect()
         sqlite.connect()

@@ -708,3 +708,15 @@ def test_a_script_whose_subscriber_does_not_answer_exits_and_the_next_process_de
     short_lived.manage("shell", "-c", catch_up)  # the next process, once the retry is due
     assert len(subscriber.received) == 1
     assert delivery_states(short_lived) == ["delivered"]
+
+
+def test_a_serving_site_delivers_what_a_script_left_pending_without_another_change(short_lived, subscriber):
+    """In the embedded default, a site's serving process takes up, on its look for pending
+    changes, the deliveries a short-lived process left due (its subscriber did not answer)."""
+    short_lived.env["SITE_RESOURCESYNC"] = json.dumps({"HUB_TIMEOUT": 2})
+    subscriber.hang_next = 1  # and then answers
+    short_lived.manage("shell", "-c", SAVE_AND_EXIT.format(title="Saved while the subscriber hangs"))
+    assert delivery_states(short_lived) == ["pending"]
+    with short_lived.serving({"HUB_TIMEOUT": 2, "EMBEDDED_CATCH_UP_SECONDS": 1}) as log:
+        assert wait_for(lambda: len(subscriber.received) == 1, timeout=60), log.read_text()[-2000:]
+    assert delivery_states(short_lived) == ["delivered"]

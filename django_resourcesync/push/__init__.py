@@ -48,6 +48,18 @@ def queue(name, *, countdown=0, **kwargs):
         logger.exception("Could not queue %s; the next notify or deliver_due run picks it up", name)
 
 
+DELIVER_DUE = "resourcesync.deliver_due"
+
+
+def catch_up():
+    """Queue the push's safety net (what beat runs every minute with Celery): announce what no
+    notify announced, deliver what is due, verify what waits. In the embedded mode the site's
+    serving processes call it on each look for pending changes (see
+    :meth:`~django_resourcesync.tracking.outbox.Dispatcher.also_on_look`), so that what a
+    killed or short-lived process left is delivered without waiting for the next change."""
+    queue(DELIVER_DUE)
+
+
 class _Announce:
     """The on-commit callback of one transaction: one notify task for the sets it touched."""
 

@@ -211,6 +211,16 @@ class Dispatcher:
         self._thread = None
         self._catch_up = None  # the processing task, once the process serves requests (see serve())
         self._look_at = None  # when (monotonic) the thread looks for pending changes next, if ever
+        self._also = []  # what else each look starts (see also_on_look())
+
+    def also_on_look(self, start):
+        """Have each look of the embedded mode (see :meth:`serve`) call ``start()`` too, after it
+        has processed the pending changes: the push's safety net registers here, so that what a
+        process left of its own work (deliveries due, verifications waiting) is taken up as well.
+        ``start`` must only hand the work on (to another thread), not do it."""
+        with self._lock:
+            if start not in self._also:
+                self._also.append(start)
 
     def submit(self, task, *, rows=None, using=None, sources=(), saved=None):
         """Hand over rows to insert (in database ``using``), the saves of committed
@@ -327,6 +337,8 @@ class Dispatcher:
         try:
             if running.mode().name == running.EMBEDDED:
                 running.send(self._catch_up)
+                for start in list(self._also):
+                    start()
         except Exception:  # the next look tries again
             logger.exception("Processing the pending changes found failed")
         finally:
