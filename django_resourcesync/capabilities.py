@@ -8,12 +8,19 @@ a capability is one entry here and its builder module (see docs/architecture.rst
 
 A builder (a module, or an object of a module named ``module:attribute``) provides
 ``update(resource_set, *, progress, batch_size, parallel, lock)``, which brings the capability's
-documents up to date and returns the builds it made; a capability
+documents up to date and returns the builds it made, and ``published(resource_set)``, when its
+document last changed (``None`` while it has none); a capability
 served ``"live"`` also provides ``serve(resource_set, name)`` (see
 :class:`~django_resourcesync.served.Served`); one built ``in_parts`` provides what
 :mod:`~django_resourcesync.builders.parts` asks of it.
+
+A builder whose ``published()`` reads the database also provides ``published_expression()``:
+the same date as an expression of a set's row, so that :func:`with_published` reads it for any
+number of sets in the one query that fetches them (the Source Description, the REST API's list
+of sets); its ``published()`` reads it from there (:func:`published_value`).
 """
 
+import functools
 from dataclasses import dataclass
 from importlib import import_module
 
@@ -60,6 +67,11 @@ class Capability:
         module, _, attribute = self.builder_path.partition(":")
         found = import_module(module)
         return getattr(found, attribute) if attribute else found
+
+    @property
+    def annotation(self):
+        """The name of the value :func:`with_published` gives each set for it."""
+        return "published_" + self.name.replace("-", "_")
 
     @property
     def folder(self):
@@ -109,3 +121,39 @@ def get(name):
 def needing_bytes(names):
     """The capabilities among ``names`` that pack bytes (the dumps)."""
     return [name for name in names if name in BY_NAME and BY_NAME[name].needs_bytes]
+
+
+def with_published(queryset):
+    """The sets of ``queryset``, each fetched with the date each capability's document last
+    changed (the builders' ``published_expression()``), in the same query whatever their number:
+    ``published()`` then asks the database nothing more of them (see :func:`published_value`).
+    Read at once: a value does not follow the builds published after the query."""
+    return queryset.annotate(**{
+        capability.annotation: capability.builder.published_expression()
+        for capability in TABLE if hasattr(capability.builder, "published_expression")
+    })
+
+
+def sets_with_published():
+    """Every set, fetched as :func:`with_published` says: filter it as ``ResourceSet.objects``.
+    (Made once: an expression of every capability is a good part of what a request for the
+    Source Description costs.)"""
+    return _sets_with_published().all()
+
+
+@functools.cache
+def _sets_with_published():
+    from .models import ResourceSet  # (the models sit above this table)
+
+    return with_published(ResourceSet.objects.all())
+
+
+def published_value(resource_set, name, expression):
+    """What the expression ``expression()`` makes (a builder's ``published_expression`` for the
+    capability ``name``) is for ``resource_set``: read with the set if it was fetched by
+    :func:`with_published`, else in a query of its own."""
+    annotation = get(name).annotation
+    if hasattr(resource_set, annotation):
+        return getattr(resource_set, annotation)
+    sets = type(resource_set)._default_manager.filter(pk=resource_set.pk)
+    return sets.annotate(**{annotation: expression()}).values_list(annotation, flat=True).first()

@@ -86,10 +86,11 @@ def _page(chunks, make_response, etag):
     return HttpResponse(body, content_type=pages.CONTENT_TYPE)
 
 
-def _xml_response(request, body, last_modified):
+def _xml_response(request, document):
+    """A document rendered live, a :class:`capabilitylist.Rendered`."""
     return _negotiated(
-        request, hashlib.sha256(body).hexdigest(), last_modified, lambda: HttpResponse(body, content_type=CONTENT_TYPE),
-        lambda: [body], live=True,
+        request, document.etag, document.last_modified, lambda: HttpResponse(document.body, content_type=CONTENT_TYPE),
+        lambda: [document.body], live=True,
     )
 
 
@@ -98,11 +99,11 @@ def _stored_chunks(storage_name, size):
     return lambda: _read_span(storage.get_storage(), storage_name, 0, size - 1)
 
 
-def _enabled_set(request, slug):
-    """The enabled set ``slug``, if the request may read it (:func:`access.check`: a restricted
-    set answers 401 or 403 to a request without a token for it); else 404."""
+def _enabled_set(request, slug, sets=ResourceSet.objects):
+    """The enabled set ``slug`` (among ``sets``), if the request may read it (:func:`access.check`:
+    a restricted set answers 401 or 403 to a request without a token for it); else 404."""
     try:
-        resource_set = ResourceSet.objects.get(slug=slug, enabled=True)
+        resource_set = sets.get(slug=slug, enabled=True)
     except ResourceSet.DoesNotExist:
         raise Http404("No such resource set") from None
     access.check(request, resource_set)
@@ -111,26 +112,29 @@ def _enabled_set(request, slug):
 
 @require_safe
 def source_description(request):
-    body, last_modified = capabilitylist.source_description()
-    return _xml_response(request, body, last_modified)
+    """The Source Description: two queries whatever the number of sets, and rendered only when
+    what it is made of has changed (see :mod:`.builders.capabilitylist`)."""
+    return _xml_response(request, capabilitylist.source_description_document())
 
 
 @require_safe
 def source_description_part(request, number):
     """A part of the Source Description Index, while the Source has one."""
-    rendered = capabilitylist.source_description(part=number)
+    rendered = capabilitylist.source_description_document(part=number)
     if rendered is None:
         raise Http404("No such part of the Source Description")
-    return _xml_response(request, *rendered)
+    return _xml_response(request, rendered)
 
 
 @require_safe
 @access.guarded
 def capability_list(request, slug):
-    rendered = capabilitylist.capability_list(_enabled_set(request, slug))
+    """A set's Capability List: the set and the dates of its documents in one query."""
+    resource_set = _enabled_set(request, slug, capabilities.sets_with_published())
+    rendered = capabilitylist.capability_list_document(resource_set)
     if rendered is None:
         raise Http404("This set has published nothing yet")
-    return _xml_response(request, *rendered)
+    return _xml_response(request, rendered)
 
 
 def find_document(resource_set, name):

@@ -174,12 +174,14 @@ class ResourceSetViewSet(ApiView, viewsets.ModelViewSet):
         published = Build.objects.filter(
             resource_set=OuterRef("pk"), status__in=[Build.Status.PUBLISHED, Build.Status.RETIRED]
         ).order_by().values("resource_set")
-        sets = ResourceSet.objects.annotate(
+        reading = self.request.method in ("GET", "HEAD", "OPTIONS")
+        # What the sets publish, read with them when they are read: the same queries for a page of any size.
+        sets = (capabilities.sets_with_published() if reading else ResourceSet.objects).annotate(
             resource_total=Coalesce(Subquery(resources.annotate(n=Count("pk")).values("n")), Value(0)),
             left_out_total=Coalesce(Subquery(left_out.annotate(n=Count("pk")).values("n")), Value(0)),
             last_published=Subquery(published.annotate(latest=Max("finished")).values("latest")),
         )
-        if self.request.method in ("GET", "HEAD", "OPTIONS") and not sees_every_set(self.request):
+        if reading and not sees_every_set(self.request):
             sets = sets.public()
         return sets
 

@@ -32,6 +32,8 @@ the bytes of a resource that is no longer public is withdrawn at once (see
 import io
 import re
 
+from django.db.models import Max, OuterRef, Subquery
+from django.db.models.functions import Coalesce, Greatest
 from django.template.defaultfilters import filesizeformat
 from django.utils.translation import ngettext
 
@@ -199,8 +201,28 @@ def published(resource_set, archive):
     offer what it archives (its documents would not be served)."""
     if not resource_set.has_capability(ARCHIVED[archive]):
         return None
-    members = _kept(resource_set, ARCHIVED[archive])
-    return max(_changed(member) for member in members) if members else None
+    return capabilities.published_value(resource_set, archive, lambda: published_expression(archive))
+
+
+def published_expression(archive):
+    """The newest date of what the archive lists (see :func:`_kept` and :func:`_changed`), as
+    an expression of a set's row (see capabilities.with_published); ``None`` while it is empty."""
+    archived = ARCHIVED[archive]
+    if archived == capabilities.CHANGELIST:
+        rows, newest = ChangeList.objects, Max(Coalesce("last_datetime", "from_time"))
+    elif archived == capabilities.CHANGEDUMP:
+        rows, newest = ChangeDumpPackage.objects.filter(withdrawn__isnull=True, archived__isnull=False), Max("written")
+    else:
+        rows = Build.objects.filter(capability=archived, status__in=[Build.Status.PUBLISHED, Build.Status.RETIRED])
+        newest = Max(Coalesce("finished", "at"))
+    kept = rows.filter(resource_set=OuterRef("pk")).order_by().values("resource_set")
+    latest = Subquery(kept.annotate(newest=newest).values("newest"))
+    if archived != capabilities.CHANGEDUMP:
+        return latest
+    # Then the Change Dump itself, while it has packages. (SQLite's GREATEST is NULL if any of
+    # its values is: each stands for the other where it is empty.)
+    current = changedumps.published_expression()
+    return Greatest(Coalesce(latest, current), Coalesce(current, latest))
 
 
 def describe(resource_set, archive):
@@ -229,6 +251,9 @@ class Archive:
 
     def published(self, resource_set):
         return published(resource_set, self.archive)
+
+    def published_expression(self):
+        return published_expression(self.archive)
 
     def serve(self, resource_set, name):
         return serve(resource_set, name, self.archive)

@@ -24,6 +24,8 @@ import io
 import logging
 
 from django.db import transaction
+from django.db.models import Case, Exists, Max, OuterRef, Subquery, When
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 from django.utils.translation import ngettext
 
@@ -240,13 +242,19 @@ def published(resource_set):
     return _last_modified(resource_set)
 
 
-def _last_modified(resource_set):
+def published_expression():
+    """:func:`published` as an expression of a set's row (see capabilities.with_published)."""
     # A package withdrawn, packed again or archived changes the document too: the newest of
     # those dates; None while it has no package (all of them may have gone to its archive).
-    rows = resource_set.changedump_packages.values_list("written", "withdrawn", "archived")
-    if not resource_set.changedump_packages.filter(archived__isnull=True).exists():
-        return None
-    return max((moment for row in rows for moment in row if moment), default=None)
+    packages = ChangeDumpPackage.objects.filter(resource_set=OuterRef("pk")).order_by().values("resource_set")
+    # (SQLite's GREATEST is NULL if any of its values is: an empty date counts as the writing's.)
+    newest = Max(Greatest("written", Coalesce("withdrawn", "written"), Coalesce("archived", "written")))
+    newest = Subquery(packages.annotate(newest=newest).values("newest"))
+    return Case(When(Exists(packages.filter(archived__isnull=True)), then=newest))
+
+
+def _last_modified(resource_set):
+    return capabilities.published_value(resource_set, capabilities.CHANGEDUMP, published_expression)
 
 
 def update(resource_set, *, progress=None, batch_size=None, parallel=False, lock=None):

@@ -13,9 +13,12 @@ URIs: ``changelist.xml`` (the open list, or the index) and ``changelist/<number>
 import hashlib
 import io
 
+from django.db.models import OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from django.utils.translation import ngettext
 
 from .. import capabilities, heads, tracking, uris
+from ..models import ChangeList
 from ..served import Served
 from ..tracking.changelog import NAME, close_due, part_name, render_list
 from ..xml.writer import DocumentWriter, stylesheet_href, url_element, w3c_datetime
@@ -90,8 +93,14 @@ def update(resource_set, *, progress=None, batch_size=None, parallel=False, lock
 
 def published(resource_set):
     """When the set's change log last changed; ``None`` before it starts (its first reconcile)."""
-    log = resource_set.changelists.order_by("-number").first()
-    return None if log is None else log.last_datetime or log.from_time
+    return capabilities.published_value(resource_set, capabilities.CHANGELIST, published_expression)
+
+
+def published_expression():
+    """:func:`published` as an expression of a set's row (see capabilities.with_published): its
+    newest list's last change, or its start while it has none."""
+    newest = ChangeList.objects.filter(resource_set=OuterRef("pk")).order_by("-number")
+    return Subquery(newest.annotate(changed=Coalesce("last_datetime", "from_time")).values("changed")[:1])
 
 
 def describe(resource_set):

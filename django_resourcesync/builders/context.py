@@ -7,6 +7,7 @@ import traceback
 import uuid
 
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 from django.utils.translation import ngettext
 
@@ -243,8 +244,13 @@ def describe_build(resource_set, capability):
 
 def published_at(resource_set, capability):
     """When the set's published build of ``capability`` finished; ``None`` if there is none."""
-    build = current_build(resource_set, capability)
-    return build.finished if build is not None else None
+    return capabilities.published_value(resource_set, capability, lambda: published_at_expression(capability))
+
+
+def published_at_expression(capability):
+    """:func:`published_at` as an expression of a set's row (see capabilities.with_published)."""
+    newest = Build.objects.filter(resource_set=OuterRef("pk"), capability=capability, status=Build.Status.PUBLISHED)
+    return Subquery(newest.order_by("-pk").values("finished")[:1])
 
 
 def current_build(resource_set, capability):

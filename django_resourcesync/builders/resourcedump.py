@@ -37,7 +37,7 @@ from ..models import Build, Document, Resource, Withdrawal
 from ..packaging import CHUNK, MANIFEST, ZIP_MEDIA_TYPE, MemberNames, PackageWriter
 from ..xml.writer import DocumentWriter, hash_value, url_element, w3c_datetime
 from . import parts
-from .context import BuildContext, build_notice, describe_build, published_at
+from .context import BuildContext, build_notice, describe_build, published_at, published_at_expression
 
 logger = logging.getLogger(__name__)
 
@@ -550,6 +550,11 @@ def before_publish(context, report):
 def published(resource_set):
     """When the set's published Resource Dump was made; ``None`` before the first."""
     return published_at(resource_set, capabilities.RESOURCEDUMP)
+
+
+def published_expression():
+    """:func:`published` as an expression of a set's row (see capabilities.with_published)."""
+    return published_at_expression(capabilities.RESOURCEDUMP)
 
 
 def describe(resource_set):

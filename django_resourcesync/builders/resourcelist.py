@@ -20,7 +20,7 @@ from ..conf import app_settings
 from ..models import Build, Document, Resource, Withdrawal
 from ..xml.writer import DocumentWriter, url_element, w3c_datetime
 from . import parts
-from .context import BuildContext, build_notice, cut_document, describe_build, published_at
+from .context import BuildContext, build_notice, cut_document, describe_build, published_at, published_at_expression
 
 NAME = "resourcelist.xml"
 
@@ -233,6 +233,11 @@ def update(resource_set, *, progress=None, batch_size=None, parallel=False, lock
 def published(resource_set):
     """When the set's published Resource List was made; ``None`` before the first."""
     return published_at(resource_set, capabilities.RESOURCELIST)
+
+
+def published_expression():
+    """:func:`published` as an expression of a set's row (see capabilities.with_published)."""
+    return published_at_expression(capabilities.RESOURCELIST)
 
 
 def describe(resource_set):
