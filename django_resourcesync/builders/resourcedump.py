@@ -445,7 +445,7 @@ def repack(build, record_ids, locs):
     ``record_ids``, leaving out the bitstreams of ``locs``; returns how many were left out.
 
     Each new package is the old one's members but those, copied as they are (the same names,
-    dates and bytes), with its manifest cut the same way (:func:`..context.cut_document`), under
+    dates and bytes), with its manifest cut the same way (``BuildContext.write_without``), under
     a name of its own (``part-NNNNN-rN.zip``): the old package and its manifest answer 410 Gone
     from the commit and leave storage. A package left with no bitstream is not replaced. The
     packages keep their ``at``: their bytes are still those of that time, and what left the set
