@@ -4,7 +4,10 @@ from celery.result import EagerResult
 from django import forms
 from django.apps import apps
 from django.contrib import admin, messages
-from django.core.exceptions import FieldDoesNotExist, PermissionDenied, ValidationError
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views import main as changelist
+from django.core.exceptions import EmptyResultSet, FieldDoesNotExist, PermissionDenied, ValidationError
 from django.db import models
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
@@ -109,6 +112,61 @@ class ResourceSetForm(forms.ModelForm):
         return cleaned
 
 
+def _binds(value):
+    """Whether a database can take ``value`` as a parameter: a number within 64 bits (SQLite
+    refuses to bind one past them; no column of the app holds one), or anything else."""
+    return not isinstance(value, int) or -(2**63) <= value < 2**63
+
+
+class ChangeListInRange(changelist.ChangeList):
+    """The list of an admin page whose query string holds a number no database can take (a set
+    or an id past 64 bits, a year past 9999) answers as the admin answers any filter it cannot
+    apply, with the redirect to ``?e=1``, never a 500. Django guards the lookups on a primary
+    key only: a foreign key or an ``__in`` reaches SQLite's binding as it is, a year past what a
+    date holds raises when the query is compiled, and the date hierarchy lets a year past a C
+    int through. So the list's query is compiled here, once, and its numbers checked, before
+    anything runs it."""
+
+    def get_queryset(self, request, exclude_parameters=None):
+        try:
+            queryset = super().get_queryset(request, exclude_parameters)
+        except OverflowError as exc:  # the date hierarchy's ?datetime__year=10**30
+            raise IncorrectLookupParameters(exc) from exc
+        try:
+            _sql, params = queryset.query.get_compiler(queryset.db).as_sql()
+        except EmptyResultSet:  # a lookup Django found can match nothing (?id=10**30): an empty list
+            return queryset
+        except (ValueError, OverflowError) as exc:  # ?created__year=10000
+            raise IncorrectLookupParameters(exc) from exc
+        if not all(map(_binds, params)):
+            raise IncorrectLookupParameters(_("A number past what a database holds."))
+        return queryset
+
+
+class NumbersInRange:
+    """Bad numbers in the requests of the app's admin pages answered as Django answers bad
+    input elsewhere, never a 500: a filter through :class:`ChangeListInRange`; an id of the
+    selection of an action that names no object (past 64 bits, not a number) is left out, as
+    the id of an object deleted meanwhile is; with none left, Django says nothing is selected."""
+
+    def get_changelist(self, request, **kwargs):
+        return ChangeListInRange
+
+    def response_action(self, request, queryset):
+        selected = request.POST.getlist(ACTION_CHECKBOX_NAME)
+        kept = [value for value in selected if self._names_an_object(value)]
+        if len(kept) < len(selected):
+            request.POST = request.POST.copy()
+            request.POST.setlist(ACTION_CHECKBOX_NAME, kept)
+        return super().response_action(request, queryset)
+
+    def _names_an_object(self, value):
+        try:
+            return _binds(self.model._meta.pk.to_python(value))
+        except ValidationError:
+            return False
+
+
 class Dates:
     """Every date of the app's admin pages in one format, with seconds, in the site's time zone
     (``2026-11-23 06:08:39 UTC``), whatever the site's ``DATETIME_FORMAT``: a manager compares
@@ -199,7 +257,7 @@ def failure_link(state):
 
 
 @admin.register(ResourceSet)
-class ResourceSetAdmin(admin.ModelAdmin):
+class ResourceSetAdmin(NumbersInRange, admin.ModelAdmin):
     """The sets, with what each publishes at a glance: per capability its state, when what is
     served was made, its entries and size, and why the last build failed; the changes waiting
     and made; a chart of the last 30 days. The set's page has buttons to rebuild and reconcile."""
@@ -481,7 +539,7 @@ class ResourceSetAdmin(admin.ModelAdmin):
             self.message_user(request, queued % {"n": sent}, messages.SUCCESS)
 
 
-class ReadOnlyAdmin(Dates, admin.ModelAdmin):
+class ReadOnlyAdmin(NumbersInRange, Dates, admin.ModelAdmin):
     """The app's own records: they are what is published, so the admin only shows them."""
 
     class Media:
@@ -739,7 +797,7 @@ class AccessTokenForm(forms.ModelForm):
 
 
 @admin.register(AccessToken)
-class AccessTokenAdmin(admin.ModelAdmin):
+class AccessTokenAdmin(NumbersInRange, admin.ModelAdmin):
     """Tokens issued to Destinations (partners) for the restricted sets, named apart from the REST
     framework's tokens of API users. Issuing one shows the token once; only its digest is kept.
     Revoking takes effect at once."""

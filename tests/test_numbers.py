@@ -121,3 +121,116 @@ def test_the_same_routes_answer_for_numbers_that_exist(published):
     for path in (f"{SET}/changelist/1.xml", f"{SET}/changedump/1.zip", f"{SET}/resourcelist-archive/{build.pk}.xml",
                  f"{SET}/timemap/{key}", "/resourcesync/api/documents/?set=bitstreams"):
         assert Client().get(path).status_code == 200, path
+
+
+# The admin pages: a number in a filter of a list, or in the selection an action is asked for.
+
+#: Past 64 bits either way (a filter or a selection takes a sign, a path does not).
+ADMIN_NUMBERS = {**NUMBERS, "-2**63-1": str(-(2**63) - 1)}
+
+
+def _admin_pages():
+    """``(list URL, ModelAdmin)`` of each model of the app with an admin page."""
+    from django.apps import apps
+    from django.contrib import admin
+
+    for model in apps.get_app_config("resourcesync").get_models():
+        if admin.site.is_registered(model):
+            yield f"/admin/resourcesync/{model._meta.model_name}/", admin.site.get_model_admin(model)
+
+
+def _relation_filters():
+    """Each list filter of the app's admin pages on a relation, by the parameter its links set
+    (``resource_set__id__exact``), by the relation's name alone and with ``__in``, which the
+    admin takes too; and ``id__in`` on every list (Django guards ``id=`` only)."""
+    from django.contrib.admin.utils import get_fields_from_path
+
+    for page, model_admin in _admin_pages():
+        yield page, "id__in"
+        for name in model_admin.list_filter:
+            field = get_fields_from_path(model_admin.model, name)[-1] if isinstance(name, str) else None
+            if field is not None and field.is_relation:
+                yield from ((page, name), (page, f"{name}__{field.target_field.name}__exact"), (page, f"{name}__in"))
+
+
+def _actions():
+    """``(list URL, action)`` of each action a superuser is offered on the app's admin pages."""
+    from django.contrib.auth.models import User
+    from django.test import RequestFactory
+
+    request = RequestFactory().get("/")
+    request.user = User(is_superuser=True, is_active=True)
+    return [(page, action) for page, model_admin in _admin_pages() for action in model_admin.get_actions(request)]
+
+
+RELATION_FILTERS = list(_relation_filters())
+ACTIONS = _actions()
+#: Years of the app's dates no date has: the list's date hierarchy, a lookup on another date.
+YEARS = [("/admin/resourcesync/changeevent/", "datetime__year"), ("/admin/resourcesync/subscription/", "created__year")]
+NOTHING_SELECTED = "Items must be selected in order to perform actions on them. No items have been changed."
+
+
+def _admin_refuses_the_filter(admin_client, response):
+    """The admin's answer to a filter it cannot apply: back to the list, unfiltered; or, where
+    Django itself sees that the number names no object (``resource_set__id__exact``), the list
+    of none."""
+    if response.status_code == 200:
+        assert response.context["cl"].result_count == 0
+        return
+    assert response.status_code == 302 and response["Location"].endswith("?e=1"), response.status_code
+    assert admin_client.get(response["Location"]).status_code == 200
+
+
+@pytest.mark.parametrize("number", ADMIN_NUMBERS.values(), ids=ADMIN_NUMBERS.keys())
+@pytest.mark.parametrize(("page", "name"), [*RELATION_FILTERS, *YEARS])
+def test_a_number_out_of_range_in_an_admin_filter_is_refused_as_a_bad_filter(admin_client, page, name, number):
+    admin_client.raise_request_exception = False
+    _admin_refuses_the_filter(admin_client, admin_client.get(f"{page}?{urlencode({name: number})}"))
+
+
+@pytest.mark.parametrize("year", ["0", "10000"])
+@pytest.mark.parametrize(("page", "name"), YEARS)
+def test_a_year_no_date_has_in_an_admin_filter_is_refused_as_a_bad_filter(admin_client, page, name, year):
+    admin_client.raise_request_exception = False
+    _admin_refuses_the_filter(admin_client, admin_client.get(f"{page}?{urlencode({name: year})}"))
+
+
+@pytest.mark.parametrize("number", [str(2**63 - 1), str(-(2**63))], ids=["2**63-1", "-2**63"])
+@pytest.mark.parametrize(("page", "name"), RELATION_FILTERS)
+def test_the_same_admin_filters_take_the_numbers_a_database_holds(admin_client, page, name, number):
+    """(Those above are refused for their number, not for their name.)"""
+    assert admin_client.get(f"{page}?{urlencode({name: number})}").status_code == 200
+
+
+@pytest.mark.parametrize("number", ADMIN_NUMBERS.values(), ids=ADMIN_NUMBERS.keys())
+@pytest.mark.parametrize(("page", "action"), ACTIONS)
+def test_a_number_out_of_range_selected_for_an_admin_action_selects_nothing(admin_client, page, action, number):
+    admin_client.raise_request_exception = False
+    response = admin_client.post(page, {"action": action, "index": 0, "_selected_action": [number]})
+    assert response.status_code == 302, response.status_code
+    shown = [str(m) for m in admin_client.get(response["Location"]).context["messages"]]
+    assert shown == [NOTHING_SELECTED]
+
+
+@pytest.mark.parametrize("number", ADMIN_NUMBERS.values(), ids=ADMIN_NUMBERS.keys())
+@pytest.mark.parametrize("page", [page for page, action in ACTIONS if action == "delete_selected"])
+def test_a_number_out_of_range_confirmed_for_deletion_deletes_nothing(admin_client, page, number):
+    """The form of the page that asks to confirm a deletion, posted with such a number."""
+    admin_client.raise_request_exception = False
+    response = admin_client.post(page, {"action": "delete_selected", "post": "yes", "_selected_action": [number]})
+    assert response.status_code == 302, response.status_code
+    assert [str(m) for m in admin_client.get(response["Location"]).context["messages"]] == [NOTHING_SELECTED]
+
+
+def test_an_action_acts_on_the_objects_selected_with_a_number_out_of_range(admin_client):
+    from django_resourcesync import access
+    from django_resourcesync.models import AccessToken
+
+    token, _issued = access.issue("Partner", [])
+    admin_client.raise_request_exception = False
+    response = admin_client.post(
+        "/admin/resourcesync/accesstoken/",
+        {"action": "revoke", "index": 0, "_selected_action": [str(2**63), token.pk, "9" * 5000]}, follow=True,
+    )
+    assert [str(m) for m in response.context["messages"]] == ["1 token revoked."]
+    assert AccessToken.objects.get(pk=token.pk).revoked is not None
