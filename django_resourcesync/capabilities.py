@@ -127,25 +127,19 @@ def with_published(queryset):
     """The sets of ``queryset``, each fetched with the date each capability's document last
     changed (the builders' ``published_expression()``), in the same query whatever their number:
     ``published()`` then asks the database nothing more of them (see :func:`published_value`).
-    Read at once: a value does not follow the builds published after the query."""
-    return queryset.annotate(**{
-        capability.annotation: capability.builder.published_expression()
-        for capability in TABLE if hasattr(capability.builder, "published_expression")
-    })
-
-
-def sets_with_published():
-    """Every set, fetched as :func:`with_published` says: filter it as ``ResourceSet.objects``.
-    (Made once: an expression of every capability is a good part of what a request for the
-    Source Description costs.)"""
-    return _sets_with_published().all()
+    Read at once: a value does not follow the builds published after the query. (Also
+    ``ResourceSet.objects.with_published()``.)"""
+    return queryset.annotate(**_published_expressions())
 
 
 @functools.cache
-def _sets_with_published():
-    from .models import ResourceSet  # (the models sit above this table)
-
-    return with_published(ResourceSet.objects.all())
+def _published_expressions():
+    """The expressions, made once: making them is a good part of what a request for the Source
+    Description costs."""
+    return {
+        capability.annotation: capability.builder.published_expression()
+        for capability in TABLE if hasattr(capability.builder, "published_expression")
+    }
 
 
 def published_value(resource_set, name, expression):

@@ -5,7 +5,7 @@ from django.db import connections, models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .capabilities import CAPABILITY_CHOICES, RESOURCELIST
+from .capabilities import CAPABILITY_CHOICES, RESOURCELIST, with_published
 
 
 def validate_link_target(value):
@@ -45,6 +45,11 @@ def validate_capabilities(value):
 
 
 class ResourceSetQuerySet(models.QuerySet):
+    def with_published(self):
+        """The sets, each read with when each of its capabilities' documents last changed, in
+        the one query (see :func:`.capabilities.with_published`)."""
+        return with_published(self)
+
     def public(self):
         """The enabled sets anyone may read (not those for partners with a token)."""
         return self.filter(enabled=True).exclude(access="token")

@@ -130,7 +130,7 @@ def source_description_part(request, number):
 @access.guarded
 def capability_list(request, slug):
     """A set's Capability List: the set and the dates of its documents in one query."""
-    resource_set = _enabled_set(request, slug, capabilities.sets_with_published())
+    resource_set = _enabled_set(request, slug, ResourceSet.objects.with_published())
     rendered = capabilitylist.capability_list_document(resource_set)
     if rendered is None:
         raise Http404("This set has published nothing yet")

@@ -176,7 +176,7 @@ class ResourceSetViewSet(ApiView, viewsets.ModelViewSet):
         ).order_by().values("resource_set")
         reading = self.request.method in ("GET", "HEAD", "OPTIONS")
         # What the sets publish, read with them when they are read: the same queries for a page of any size.
-        sets = (capabilities.sets_with_published() if reading else ResourceSet.objects).annotate(
+        sets = (ResourceSet.objects.with_published() if reading else ResourceSet.objects).annotate(
             resource_total=Coalesce(Subquery(resources.annotate(n=Count("pk")).values("n")), Value(0)),
             left_out_total=Coalesce(Subquery(left_out.annotate(n=Count("pk")).values("n")), Value(0)),
             last_published=Subquery(published.annotate(latest=Max("finished")).values("latest")),

@@ -145,7 +145,7 @@ def public_sets():
     in Source Description order, with the time their configuration or documents last changed.
     Sets for partners with a token are among them only with ``LIST_TOKEN_SETS``. One query."""
     found = []
-    sets = capabilities.sets_with_published()
+    sets = ResourceSet.objects.with_published()
     for resource_set in sets.filter(enabled=True) if app_settings.LIST_TOKEN_SETS else sets.public():
         published = published_capabilities(resource_set)
         if published:
