@@ -147,7 +147,8 @@ class NumbersInRange:
     """Bad numbers in the requests of the app's admin pages answered as Django answers bad
     input elsewhere, never a 500: a filter through :class:`ChangeListInRange`; an id of the
     selection of an action that names no object (past 64 bits, not a number) is left out, as
-    the id of an object deleted meanwhile is; with none left, Django says nothing is selected."""
+    the id of an object deleted meanwhile is; with none left, Django says nothing is selected.
+    A site's own ``ModelAdmin`` may take it too, as the example project's do."""
 
     def get_changelist(self, request, **kwargs):
         return ChangeListInRange

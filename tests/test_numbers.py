@@ -130,13 +130,15 @@ ADMIN_NUMBERS = {**NUMBERS, "-2**63-1": str(-(2**63) - 1)}
 
 
 def _admin_pages():
-    """``(list URL, ModelAdmin)`` of each model of the app with an admin page."""
+    """``(list URL, ModelAdmin)`` of each model of the app, and of the example project's
+    repository, with an admin page."""
     from django.apps import apps
     from django.contrib import admin
 
-    for model in apps.get_app_config("resourcesync").get_models():
-        if admin.site.is_registered(model):
-            yield f"/admin/resourcesync/{model._meta.model_name}/", admin.site.get_model_admin(model)
+    for label in ("resourcesync", "repository"):
+        for model in apps.get_app_config(label).get_models():
+            if admin.site.is_registered(model):
+                yield f"/admin/{label}/{model._meta.model_name}/", admin.site.get_model_admin(model)
 
 
 def _relation_filters():

@@ -4,12 +4,14 @@ public, its files) and the sets that list it follow, through the app's signals."
 from django import forms
 from django.contrib import admin
 
+from django_resourcesync.admin import NumbersInRange
+
 from . import uploads
 from .models import Collection, Item, ItemFile
 
 
 @admin.register(Collection)
-class CollectionAdmin(admin.ModelAdmin):
+class CollectionAdmin(NumbersInRange, admin.ModelAdmin):
     list_display = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
     search_fields = ["name"]
@@ -40,7 +42,7 @@ class ItemFileInline(admin.TabularInline):
 
 
 @admin.register(Item)
-class ItemAdmin(admin.ModelAdmin):
+class ItemAdmin(NumbersInRange, admin.ModelAdmin):
     list_display = ["title", "collection", "creator", "is_public", "modified"]
     list_filter = ["is_public", "collection"]
     search_fields = ["title", "creator"]
@@ -48,7 +50,7 @@ class ItemAdmin(admin.ModelAdmin):
 
 
 @admin.register(ItemFile)
-class ItemFileAdmin(admin.ModelAdmin):
+class ItemFileAdmin(NumbersInRange, admin.ModelAdmin):
     form = ItemFileForm
     list_display = ["name", "item", "media_type", "modified"]
     search_fields = ["name"]
