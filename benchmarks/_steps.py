@@ -33,6 +33,20 @@ def mib(kib):
     return kib / 1024
 
 
+def cpu_times():
+    """``{"user": ..., "sys": ...}``: the CPU seconds this process (all its threads) and the
+    children it has waited for (and theirs) have spent so far. The difference of two readings is
+    what a step cost the CPU, whether it ran here or in a program it started."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"user": own.ru_utime + children.ru_utime, "sys": own.ru_stime + children.ru_stime}
+
+
+def cpu_since(before):
+    """The CPU seconds spent since the reading ``before`` of :func:`cpu_times`."""
+    now = cpu_times()
+    return {kind: now[kind] - before[kind] for kind in now}
+
+
 def run_child(script, role, result_dir, *args, tag=""):
     """Run step ``role`` of ``script`` in a fresh interpreter; return its JSON result."""
     result = Path(result_dir) / f"{role}{tag}-{time.monotonic_ns()}.json"

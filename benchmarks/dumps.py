@@ -2,7 +2,8 @@
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/dumps.py                          # 3000 files, 2.2 GiB
+    .venv/bin/python benchmarks/dumps.py                          # 3000 files, 2.2 GiB, 3 rounds
+    .venv/bin/python benchmarks/dumps.py --files 1000 --total-gb 0.5 --repeat 3 --profile never  # quicker
     .venv/bin/python benchmarks/dumps.py --files 3000 --total-gb 2.2 --profile always
 
 The script:
@@ -17,11 +18,20 @@ The script:
    capabilities ``["resourcelist", "resourcedump"]``, and ``tracking.reconcile()`` runs once so
    that the Resource rows (with md5, sha-256, length) exist. None of this is timed as a contender;
    the seeding and reconcile times are printed for information;
-2. times ``build_resourcedump(resource_set, refresh=False)`` with the default
-   ``DUMP_PACKAGE_BYTES`` (1 GiB, so 3 packages for 2.2 GiB), then a second build with 256 MiB
-   packages, to show that peak RSS does not depend on the package size;
-3. times Info-ZIP ``zip -0 -r -q out.zip items`` (run in ``MEDIA_ROOT``) on the same files, under
-   ``/usr/bin/time`` for its peak RSS (``getrusage(RUSAGE_CHILDREN)`` if that is missing).
+2. runs ``--repeat`` rounds (default 3) of three timed steps: ``build_resourcedump(resource_set,
+   refresh=False)`` with the default ``DUMP_PACKAGE_BYTES`` (1 GiB, so 3 packages for 2.2 GiB);
+   Info-ZIP ``zip -0 -r -q out.zip items`` (run in ``MEDIA_ROOT``) on the same files, under
+   ``/usr/bin/time`` for its peak RSS (``getrusage(RUSAGE_CHILDREN)`` if that is missing); and a
+   build with 256 MiB packages, to show that peak RSS does not depend on the package size.
+   ``zip`` runs in the middle of every round; our two builds take turns before and after it
+   (default, zip, 256 MiB; then 256 MiB, zip, default; ...);
+3. pairs the runs: each round's build against the ``zip`` run of the same round. The ratio of
+   throughputs (and of CPU seconds) is taken per pair, and the script prints the min, median and
+   max of the ratios; the target is judged on their median.
+
+Every timed step reports its wall seconds and its CPU seconds: user + system time of the process
+doing the work (all its threads, and the programs it started and waited for: ``zip`` and
+``/usr/bin/time``), from ``getrusage`` before and after the step, in the step's child process.
 
 Before each timed step the OS page cache is dropped (``sync; echo 3 > /proc/sys/vm/drop_caches``,
 which needs root) so every contender reads the bitstreams from disk alike; the script prints
@@ -29,7 +39,8 @@ whether that worked. ``--cache warm`` instead reads every file once before each 
 contender reads from the page cache alike. A "read only" line (reading every file in 1 MiB
 chunks, nothing else) and a hashing-speed line give the I/O and CPU context of the figures.
 
-Throughput is bitstream bytes (the sum of the file sizes) per wall second, for both contenders.
+Throughput is bitstream bytes (the sum of the file sizes) per wall second, for both contenders;
+CPU seconds beside it show how much of the machine each used for that.
 The contenders do not do the same work: ``zip`` computes one CRC-32 per file; our build also
 computes md5 and sha-256 of every bitstream (to check it against the recorded hashes and put it in
 the manifest) and of every package as a whole (for the Resource Dump's ``rs:md hash``), writes
@@ -38,7 +49,8 @@ manifests and publishes the build in the database.
 Every measured step runs in its own child process (this script re-run with the hidden ``--child``
 option), so the peak RSS (``ru_maxrss``) belongs to that step alone; each child also reports its
 RSS just before the timed step (baseline: interpreter and Django). Checks (``unzip -tqq`` on every
-package, member and manifest counts against N) run after the measurements, in the same child.
+package, member and manifest counts against N, each published manifest byte for byte against the
+one packed in its package) run after the measurements, in the same child.
 
 Nothing is asserted: the script prints figures, ratios and the targets (our throughput at least
 1.2x that of ``zip -0``; peak RSS under 150 MB whatever the package size). With ``--profile auto``
@@ -59,7 +71,7 @@ import time
 from pathlib import Path
 
 import _steps
-from _steps import add_child_arguments, current_rss_kib, mib, peak_rss_kib, run_as_child
+from _steps import add_child_arguments, cpu_since, cpu_times, current_rss_kib, mib, peak_rss_kib, run_as_child
 
 ROOT = Path(__file__).resolve().parent.parent
 SLUG = "bitstreams"  # the demo project's set of files of public items (made by its migrations)
@@ -251,9 +263,11 @@ def child_build(var_dir, package_bytes):
         length or 0 for length in Resource.objects.filter(resource_set=resource_set).values_list("length", flat=True)
     )
     baseline = current_rss_kib()
+    cpu = cpu_times()
     started = time.perf_counter()
     build = build_resourcedump(resource_set, refresh=False)
     seconds = time.perf_counter() - started
+    cpu = cpu_since(cpu)
     peak = peak_rss_kib()
 
     # Checks (after the measurements).
@@ -294,6 +308,7 @@ def child_build(var_dir, package_bytes):
         testzip = archive.testzip()
     return {
         "seconds": seconds,
+        "cpu": cpu,
         "baseline_kib": baseline,
         "peak_kib": peak,
         "package_bytes": effective,
@@ -327,9 +342,11 @@ def child_zip(var_dir, media_root):
     zip_command = ["zip", "-0", "-r", "-q", str(out), "items"]
     gnu_time = shutil.which("time") or ("/usr/bin/time" if os.path.exists("/usr/bin/time") else None)
     command = [gnu_time, "-f", "%M %e", "-o", str(time_file), *zip_command] if gnu_time else zip_command
+    cpu = cpu_times()
     started = time.perf_counter()
     subprocess.run(command, cwd=media_root, check=True)
     seconds = time.perf_counter() - started
+    cpu = cpu_since(cpu)  # zip's own (and /usr/bin/time's), as this process only waits
     children_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     if gnu_time:
         peak, how = int(time_file.read_text().split()[0]), "/usr/bin/time %M"
@@ -341,6 +358,7 @@ def child_zip(var_dir, media_root):
     version = subprocess.run(["zip", "-v"], capture_output=True, text=True).stdout.splitlines()
     return {
         "seconds": seconds,
+        "cpu": cpu,
         "peak_kib": peak,
         "peak_how": how,
         "files": len(files),
@@ -396,11 +414,17 @@ def prepare(cache, var_dir, media_root, result_dir, tag):
     return note
 
 
+def cpu_text(result):
+    cpu = result["cpu"]
+    return f"{cpu['user'] + cpu['sys']:>7.2f} s CPU ({cpu['user']:.2f} user + {cpu['sys']:.2f} sys)"
+
+
 def build_lines(label, result, bitstreams):
     return [
         f"  {label:<38} {mb_per_s(bitstreams, result['seconds']):>8,.1f} MB/s  {result['seconds']:>7.2f} s wall"
-        f"  peak RSS {mib(result['peak_kib']):>6.1f} MB  baseline RSS {mib(result['baseline_kib']):>5.1f} MB",
-        f"  {'':<38} {len(result['packages'])} packages, {result['package_total'] / 2**20:,.1f} MB in all: "
+        f"  {cpu_text(result)}",
+        f"  {'':<38} peak RSS {mib(result['peak_kib']):.1f} MB, baseline RSS {mib(result['baseline_kib']):.1f} MB; "
+        f"{len(result['packages'])} packages, {result['package_total'] / 2**20:,.1f} MB in all: "
         + ", ".join(f"{p['size'] / 2**20:,.1f} MB/{p['entries']} files" for p in result["packages"]),
     ]
 
@@ -408,8 +432,9 @@ def build_lines(label, result, bitstreams):
 def zip_lines(label, result):
     return [
         f"  {label:<38} {mb_per_s(result['bytes'], result['seconds']):>8,.1f} MB/s  {result['seconds']:>7.2f} s wall"
-        f"  peak RSS {mib(result['peak_kib']):>6.1f} MB  ({result['peak_how']})",
-        f"  {'':<38} 1 archive, {result['size'] / 2**20:,.1f} MB, {result['files']:,} files "
+        f"  {cpu_text(result)}",
+        f"  {'':<38} peak RSS {mib(result['peak_kib']):.1f} MB ({result['peak_how']}); "
+        f"1 archive, {result['size'] / 2**20:,.1f} MB, {result['files']:,} files "
         f"({result['bytes']:,} bytes); unzip -tqq: {'OK' if result['unzip'] == 0 else 'FAILED'}",
     ]
 
@@ -428,6 +453,8 @@ def check_line(label, result, n):
         f"zipfile.testzip({result['testzip_package'].rsplit('/', 1)[-1]}): "
         f"{'OK' if result['testzip_bad_member'] is None else 'bad member ' + result['testzip_bad_member']}; "
         f"members {result['members']:,}, manifest <url> {result['manifest_urls']:,} (N = {n:,}); "
+        f"published manifests byte-identical to the packed ones: "
+        f"{sum(p['manifest_same'] for p in packages)} of {len(packages)}; "
         f"resourcedump.xml lists {result['dump_urls']} packages; report {result['report']} "
         f"({result['check_seconds']:.1f} s) -> {'OK' if ok else 'MISMATCH'}"
     )
@@ -435,9 +462,9 @@ def check_line(label, result, n):
     return [line, *failures]
 
 
-def median_run(runs):
-    """The run of median wall time (the lower middle one for an even count)."""
-    return sorted(runs, key=lambda result: result["seconds"])[(len(runs) - 1) // 2]
+def spread(values):
+    """``min / median / max`` of values, as text."""
+    return f"min {min(values):.2f}x, median {statistics.median(values):.2f}x, max {max(values):.2f}x"
 
 
 def run(n, total_gib, keep, profile, top, cache, repeat):
@@ -475,17 +502,18 @@ def run(n, total_gib, keep, profile, top, cache, repeat):
                   f"({read['seconds']:.2f} s for {read['bytes'] / 2**30:.2f} GiB)")
         print("retired dump builds are deleted (untimed) before each timed step, so no timed build prunes an older one")
 
-        contenders = [("build", DEFAULT_PACKAGE, "default"), ("build", SMALL_PACKAGE, "256m"), ("zip", None, "zip")]
-        runs = {tag: [] for _, _, tag in contenders}
+        contenders = {"default": ("build", DEFAULT_PACKAGE), "256m": ("build", SMALL_PACKAGE), "zip": ("zip", None)}
+        runs = {tag: [] for tag in contenders}
         labels = {}
         checks = []
         for number in range(repeat):
-            # Rotate the order, so that no contender always runs first or last.
-            order = contenders[number % 3:] + contenders[: number % 3]
+            # zip -0 runs in the middle of every round, and each of our builds runs just before it
+            # in one round and just after it in the next: each ratio is taken within a round.
+            order = ["default", "zip", "256m"] if number % 2 == 0 else ["256m", "zip", "default"]
             print()
-            if repeat > 1:
-                print(f"round {number + 1}/{repeat}: " + ", ".join(tag for _, _, tag in order))
-            for role, package_bytes, tag in order:
+            print(f"round {number + 1}/{repeat}: " + ", ".join(order))
+            for tag in order:
+                role, package_bytes = contenders[tag]
                 note = prepare(cache, var_dir, media_root, results, f"-{tag}-{number}")
                 if role == "build":
                     result = run_child("build", results, var_dir, package_bytes, tag=f"-{tag}-{number}")
@@ -510,28 +538,42 @@ def run(n, total_gib, keep, profile, top, cache, repeat):
         def speed(result):
             return mb_per_s(result.get("bitstream_bytes", result.get("bytes")), result["seconds"])
 
-        chosen = {tag: median_run(tag_runs) for tag, tag_runs in runs.items()}
-        if repeat > 1:
-            print()
-            print(f"over {repeat} rounds (median run; all runs in MB/s):")
-            for tag, tag_runs in runs.items():
-                print(f"  {labels[tag]:<38} {speed(chosen[tag]):>8,.1f} MB/s median  "
-                      f"({', '.join(f'{speed(result):,.1f}' for result in tag_runs)})")
-        ours_rate, small_rate, zip_rate = (speed(chosen[tag]) for tag in ("default", "256m", "zip"))
-        ratio = ours_rate / zip_rate
-        which = "median runs" if repeat > 1 else "one run each"
+        def cpu(result):
+            return result["cpu"]["user"] + result["cpu"]["sys"]
+
+        default_size = labels["default"].split("(")[1][:-1]
+        paired = {tag: list(zip(runs[tag], runs["zip"])) for tag in ("default", "256m")}
+        ratios = {tag: [speed(ours) / speed(theirs) for ours, theirs in pairs] for tag, pairs in paired.items()}
+        cpu_ratios = {tag: [cpu(ours) / cpu(theirs) for ours, theirs in pairs] for tag, pairs in paired.items()}
         print()
-        print(f"ratio ({which}): our throughput / zip -0 throughput = {ratio:.2f}x with {labels['default'].split('(')[1][:-1]} "
-              f"({ours_rate:,.1f} vs {zip_rate:,.1f} MB/s); {small_rate / zip_rate:.2f}x with 256 MB packages")
+        print(f"paired rounds: in each round, our throughput / that of the zip -0 run beside it "
+              f"(and our CPU seconds / zip's), {repeat} pair{'s' if repeat > 1 else ''} each")
+        for number in range(repeat):
+            print(f"  round {number + 1}: {default_size} {ratios['default'][number]:.2f}x "
+                  f"(CPU {cpu_ratios['default'][number]:.2f}x), "
+                  f"256 MB packages {ratios['256m'][number]:.2f}x (CPU {cpu_ratios['256m'][number]:.2f}x)")
+        print(f"  throughput ratio, {default_size}: {spread(ratios['default'])}")
+        print(f"  throughput ratio, 256 MB packages: {spread(ratios['256m'])}")
+        print(f"  CPU seconds ratio, {default_size}: {spread(cpu_ratios['default'])}")
+        print(f"  CPU seconds ratio, 256 MB packages: {spread(cpu_ratios['256m'])}")
+        print(f"median of {repeat} run{'s' if repeat > 1 else ''} (wall s, CPU s = user + sys of the step, MB/s on wall):")
+        for tag, tag_runs in runs.items():
+            walls = [result["seconds"] for result in tag_runs]
+            cpus = [cpu(result) for result in tag_runs]
+            print(f"  {labels[tag]:<38} {statistics.median(speed(result) for result in tag_runs):>8,.1f} MB/s  "
+                  f"{statistics.median(walls):>7.2f} s wall  {statistics.median(cpus):>7.2f} s CPU  "
+                  f"(all wall: {', '.join(f'{wall:.2f}' for wall in walls)}; "
+                  f"all CPU: {', '.join(f'{seconds:.2f}' for seconds in cpus)})")
+        ratio = statistics.median(ratios["default"])
         print("  (zip computes one CRC-32 per file; we also compute md5 and sha-256 of every bitstream and of every package)")
         peaks = {tag: max(mib(result["peak_kib"]) for result in runs[tag]) for tag in runs}
         print(f"peak RSS (highest of {'all runs' if repeat > 1 else 'the run'}): "
-              f"{labels['default'].split('(')[1][:-1]} -> {peaks['default']:.1f} MB, 256 MB packages -> {peaks['256m']:.1f} MB "
+              f"{default_size} -> {peaks['default']:.1f} MB, 256 MB packages -> {peaks['256m']:.1f} MB "
               f"(difference {abs(peaks['default'] - peaks['256m']):.1f} MB); zip -0: {peaks['zip']:.1f} MB")
         print()
         print(f"Targets for {OURS} (printed, not asserted): throughput >= {TARGET_RATIO:.1f}x zip -0, "
               f"peak RSS < {TARGET_PEAK_MB:.0f} MB whatever the package size")
-        print(f"  throughput: {ratio:.2f}x  ({'met' if ratio >= TARGET_RATIO else 'NOT met'})")
+        print(f"  throughput: {ratio:.2f}x, the median of the paired ratios  ({'met' if ratio >= TARGET_RATIO else 'NOT met'})")
         worst = max(peaks["default"], peaks["256m"])
         print(f"  peak RSS: {worst:.1f} MB at most  ({'met' if worst < TARGET_PEAK_MB else 'NOT met'})")
 
@@ -559,8 +601,9 @@ def main():
                         help="drop the page cache before each timed step (cold, default) or read every file first (warm)")
     parser.add_argument("--profile", choices=["auto", "always", "never"], default="auto",
                         help="cProfile one more build: when the throughput target is missed (auto), always or never")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="rounds of the three timed steps, in rotating order; figures are the median run (default 1)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="rounds of the three timed steps, zip -0 between our two builds; ratios are taken "
+                             "within each round (default 3)")
     parser.add_argument("--top", type=int, default=15, help="functions shown by the profile (default 15)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     add_child_arguments(parser, CHILDREN)
