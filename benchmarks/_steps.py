@@ -128,36 +128,82 @@ def setup_django_sqlite(var_dir):
     django.setup()
 
 
-def setup_django_example(var_dir, database_url=None):
-    """Django for a child step: the example project with its tasks run in process and its files
-    (media, documents) in ``var_dir``; its SQLite database there too, or ``database_url``."""
+def setup_django_example(var_dir, database_url=None, broker_url=None, environ=None):
+    """Django for a child step: the example project with its files (media, documents) in
+    ``var_dir``; its SQLite database there too, or ``database_url``. Its tasks run in process,
+    or are queued on the Celery broker ``broker_url``. ``environ``: more environment variables,
+    each set or (a value of None) removed, such as ``PGOPTIONS``."""
     import os
 
     os.environ["EXAMPLE_VAR_DIR"] = var_dir
     os.environ["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
-    for name in ("CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "AWS_STORAGE_BUCKET_NAME"):
-        os.environ.pop(name, None)
-    if database_url:
-        os.environ["DATABASE_URL"] = database_url
-    else:
-        os.environ.pop("DATABASE_URL", None)
+    variables = {
+        "DATABASE_URL": database_url,
+        "CELERY_BROKER_URL": broker_url,
+        "CELERY_RESULT_BACKEND": None,
+        "AWS_STORAGE_BUCKET_NAME": None,
+        **(environ or {}),
+    }
+    for name, value in variables.items():
+        if value:
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
     sys.path.insert(0, str(ROOT))
     import django
 
     django.setup()
 
 
+def database_name(database_url):
+    """The name of the database ``database_url`` names."""
+    from urllib.parse import urlsplit
+
+    return urlsplit(database_url).path.lstrip("/")
+
+
 def recreate_database(database_url, create=True):
     """Drop the PostgreSQL database ``database_url`` names (a throwaway one) and, with
-    ``create``, create it afresh, through the server's ``postgres`` database."""
+    ``create``, create it afresh, through the server's ``postgres`` database. Returns the
+    server's ``jit`` setting (on or off), which some benchmarks print."""
     from urllib.parse import urlsplit, urlunsplit
 
     import psycopg
     from psycopg import sql
 
     parts = urlsplit(database_url)
-    name = parts.path.lstrip("/")
+    name = database_name(database_url)
     with psycopg.connect(urlunsplit(("postgresql", parts.netloc, "/postgres", "", "")), autocommit=True) as connection:
         connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         if create:
             connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return connection.execute("SHOW jit").fetchone()[0]
+
+
+def purge_broker(broker_url):
+    """Empty the Redis database ``broker_url`` names (the tasks a step left queued)."""
+    try:
+        import redis
+    except ImportError:
+        from urllib.parse import urlsplit
+
+        db = urlsplit(broker_url).path.lstrip("/") or "0"
+        subprocess.run(["redis-cli", "-n", db, "flushdb"], check=True, stdout=subprocess.DEVNULL)
+    else:
+        redis.Redis.from_url(broker_url).flushdb()
+
+
+def stop_process(process, timeout=60):
+    """Ask a child process to end (SIGTERM), and kill it if it has not within ``timeout`` s."""
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def progress(message):
+    """A line on stderr, with the time: where a long run is."""
+    print(f"  [{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

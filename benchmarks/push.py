@@ -29,7 +29,10 @@ its ``metadata`` set offering ``change-notification``; the subscriptions are row
    of POSTs of the same payload to the same subscribers by 16 threads of ``http.client``, no
    database, no signature: the machine's floor. Target: 500 deliveries a second.
 
-Nothing is asserted: the script prints figures and ratios.
+Nothing is asserted: the script prints figures and ratios. At the end, also when the run fails
+or is interrupted (Ctrl-C, SIGTERM), the subscribers' process and the worker are stopped, the
+broker's Redis database is emptied, and the temporary folder (the SQLite database, the documents,
+the subscribers' port file) and the PostgreSQL database are removed, unless ``--keep``.
 """
 
 import argparse
@@ -37,6 +40,8 @@ import http.client
 import http.server
 import json
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -45,15 +50,14 @@ import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
+
+from _steps import database_name, progress, purge_broker, recreate_database, setup_django_example, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_P99 = 2.0
 TARGET_RATE = 500
-
-
-def progress(message):
-    print(f"  [{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 # --- the subscribers' process --------------------------------------------------------------
@@ -96,13 +100,20 @@ def run_subscribers(count, port_file):
 
 
 class Subscribers:
-    def __init__(self, count):
-        self.folder = tempfile.mkdtemp(prefix="push-bench-")
-        ports = Path(self.folder) / "ports.json"
+    """The subscribers' process; its port file is written in ``folder``."""
+
+    def __init__(self, count, folder):
+        ports = Path(folder) / "ports.json"
         self.process = subprocess.Popen([sys.executable, __file__, "--child", "subscribers", "--count", str(count),
                                          "--port-file", str(ports)])
-        while not ports.exists() or not ports.read_text():
-            time.sleep(0.05)
+        try:
+            while not ports.exists() or not ports.read_text():
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"the subscribers' process ended (exit status {self.process.returncode})")
+                time.sleep(0.05)
+        except BaseException:
+            self.close()
+            raise
         *callbacks, control = json.loads(ports.read_text())
         self.callbacks = [f"http://127.0.0.1:{port}/callback" for port in callbacks]
         self.control = f"http://127.0.0.1:{control}/since/"
@@ -132,33 +143,10 @@ class Subscribers:
 # --- the Source ----------------------------------------------------------------------------
 
 
-def fresh_database(database_url):
-    """Drop and create the database ``database_url`` names (its data migrations make the sets)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    import psycopg
-
-    parts = urlsplit(database_url)
-    name = parts.path.lstrip("/")
-    with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as connection:
-        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        connection.execute(f'CREATE DATABASE "{name}"')
-
-
 def setup(var_dir, database_url, broker_url):
     if database_url:
-        fresh_database(database_url)
-    os.environ["EXAMPLE_VAR_DIR"] = var_dir
-    os.environ["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
-    for name, value in (("DATABASE_URL", database_url), ("CELERY_BROKER_URL", broker_url)):
-        if value:
-            os.environ[name] = value
-        else:
-            os.environ.pop(name, None)
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
+        recreate_database(database_url)  # its data migrations make the sets
+    setup_django_example(var_dir, database_url, broker_url)
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
@@ -302,37 +290,45 @@ def main():
     parser.add_argument("--subscribers", type=int, default=100)
     parser.add_argument("--notifications", type=int, default=50)
     parser.add_argument("--database-url")
-    parser.add_argument("--broker-url")
+    parser.add_argument("--broker-url", help="Redis broker for the worker, emptied at the end")
     parser.add_argument("--child", choices=["subscribers"])
     parser.add_argument("--count", type=int)
     parser.add_argument("--port-file")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder (and the PostgreSQL database)")
     options = parser.parse_args()
     if options.child == "subscribers":
         run_subscribers(options.count, options.port_file)
         return
     with_worker = bool(options.database_url and options.broker_url)
-    var_dir = tempfile.mkdtemp(prefix="push-bench-var-")
-    progress(f"setting up ({'PostgreSQL and a worker' if with_worker else 'embedded'}), {options.items} items")
-    setup(var_dir, options.database_url if with_worker else None, options.broker_url if with_worker else None)
-    from django.core.management import call_command
+    database_url = options.database_url if with_worker else None
+    # SIGTERM ends the run as Ctrl-C does: through the clean-up of the ExitStack.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    var_dir = tempfile.mkdtemp(prefix="push-bench-")
+    with ExitStack() as cleanup:  # undone last to first, whatever happens
+        cleanup.callback(clean_up, var_dir, database_url, options.keep)
+        if with_worker:
+            cleanup.callback(purge_broker, options.broker_url)  # after the worker stopped: what it left queued
+        progress(f"setting up ({'PostgreSQL and a worker' if with_worker else 'embedded'}), {options.items} items")
+        setup(var_dir, database_url, options.broker_url if with_worker else None)
+        from django.core.management import call_command
 
-    from django_resourcesync import push
-    from django_resourcesync.models import ResourceSet
-    from django_resourcesync.push import hub
-    from django_resourcesync.rebuild import rebuild_set
+        from django_resourcesync import push
+        from django_resourcesync.models import ResourceSet
+        from django_resourcesync.push import hub
+        from django_resourcesync.rebuild import rebuild_set
 
-    call_command("seed_repository", items=options.items, verbosity=0)
-    rebuild_set(ResourceSet.objects.get(slug="metadata"))
-    subscribers = Subscribers(options.subscribers)
-    worker = None
-    name = "with a worker" if with_worker else "embedded"
-    try:
+        call_command("seed_repository", items=options.items, verbosity=0)
+        rebuild_set(ResourceSet.objects.get(slug="metadata"))
+        subscribers = Subscribers(options.subscribers, var_dir)
+        cleanup.callback(subscribers.close)
+        name = "with a worker" if with_worker else "embedded"
         progress(f"throughput: {options.notifications} notifications x {options.subscribers} subscribers")
         ids, payload = prepare_throughput(subscribers, options.notifications)
         if with_worker:
             env = {**os.environ, "EXAMPLE_VAR_DIR": var_dir}
             worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "example_project", "worker", "--concurrency=2",
                                        "--loglevel=WARNING"], cwd=ROOT, env=env)
+            cleanup.callback(stop_process, worker)
             time.sleep(8)  # the worker connects and is ready
 
             def deliver(ids):
@@ -358,11 +354,26 @@ def main():
         progress(f"latency: {options.rounds} saves")
         found, saves = latency(subscribers, options.rounds, settled)
         report_latency(name, found, saves)
-    finally:
-        subscribers.close()
-        if worker is not None:
-            worker.terminate()
-            worker.wait(60)
+
+
+def clean_up(var_dir, database_url, keep):
+    """Remove the temporary folder and the database (closing this process's connections first)."""
+    if keep:
+        progress(f"kept {var_dir}" + (f" and the database {database_name(database_url)}" if database_url else ""))
+        return
+    from django.apps import apps
+
+    if apps.ready:  # Django was set up
+        from django.db import connections
+
+        connections.close_all()
+    if database_url:
+        recreate_database(database_url, create=False)
+    for _attempt in range(20):  # the app's threads may still be writing there (SQLite's journal)
+        shutil.rmtree(var_dir, ignore_errors=True)
+        if not os.path.exists(var_dir):
+            break
+        time.sleep(0.25)
 
 
 if __name__ == "__main__":
