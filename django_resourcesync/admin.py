@@ -9,7 +9,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views import main as changelist
 from django.core.exceptions import EmptyResultSet, FieldDoesNotExist, PermissionDenied, ValidationError
 from django.db import models
-from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models import Count, Max, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.defaultfilters import filesizeformat
@@ -257,6 +257,20 @@ def failure_link(state):
     )
 
 
+class SetsChangeList(ChangeListInRange):
+    """The list of sets: each set of the page is fetched with the dates of its documents
+    (``with_published()``), and what its columns show is read for all of the page's sets at once
+    (:meth:`ResourceSetAdmin.read_columns`), in as many queries for 20 sets as for one. Read at
+    each request: nothing is kept from one to the next."""
+
+    def get_queryset(self, request, exclude_parameters=None):
+        return super().get_queryset(request, exclude_parameters).with_published()
+
+    def get_results(self, request):
+        super().get_results(request)
+        self.model_admin.read_columns(self.result_list)
+
+
 @admin.register(ResourceSet)
 class ResourceSetAdmin(NumbersInRange, admin.ModelAdmin):
     """The sets, with what each publishes at a glance: per capability its state, when what is
@@ -289,6 +303,29 @@ class ResourceSetAdmin(NumbersInRange, admin.ModelAdmin):
         current = running.mode()
         context = {"resourcesync_tasks": {"mode": current.name, "reason": current.reason}, **(extra_context or {})}
         return super().changelist_view(request, extra_context=context)
+
+    def get_changelist(self, request, **kwargs):
+        return SetsChangeList
+
+    def read_columns(self, sets):
+        """What the list's columns show of each of ``sets``, read for all of them at once and
+        kept on each (a set not read this way reads its own when its row is shown)."""
+        sets = list(sets)
+        states = overview.states_of(sets, only=MAIN_CAPABILITIES)
+        activities = overview.activities(sets)
+        pending = overview.pending_counts(sets)
+        audits = {report.resource_set_id: report for report in AuditReport.objects.filter(pk__in=(
+            AuditReport.objects.filter(resource_set__in=sets).values("resource_set").annotate(last=Max("pk")).values("last")
+        ))}
+        for resource_set in sets:
+            resource_set._resourcesync_row = (states[resource_set.pk], activities[resource_set.pk], pending[resource_set.pk])
+            resource_set._last_audit = audits.get(resource_set.pk)
+
+    def _row(self, obj):
+        """``(capability states, activity, pending changes)`` of the list's row of ``obj``."""
+        if not hasattr(obj, "_resourcesync_row"):
+            self.read_columns([obj])
+        return obj._resourcesync_row
 
     def get_queryset(self, request):
         # Counted by subqueries: one join of both tables would multiply their rows.
@@ -370,8 +407,7 @@ class ResourceSetAdmin(NumbersInRange, admin.ModelAdmin):
     @admin.display(description=_("changes: day / week"))
     def activity_column(self, obj):
         """The changes of the last day and week, the last 30 days drawn, and what waits."""
-        activity = overview.activity(obj)
-        pending = overview.pending_changes(obj).count()
+        _states, activity, pending = self._row(obj)
         waiting = "" if not pending else format_html(
             '<br><a href="{}?source__exact={}">{}</a>', reverse("admin:resourcesync_pendingchange_changelist"), obj.source,
             _("%(n)d pending") % {"n": pending},
@@ -385,7 +421,7 @@ class ResourceSetAdmin(NumbersInRange, admin.ModelAdmin):
     def overview_table(self, obj):
         """Each document capability: state, age of what is served, entries, size, the last
         failure; the archives and notification channels it offers, named in one line."""
-        states = overview.capability_states(obj, only=MAIN_CAPABILITIES)
+        states, _activity, _pending = self._row(obj)
         others = [capability.label for capability in capabilities.TABLE
                   if obj.has_capability(capability.name) and capability.name not in MAIN_CAPABILITIES]
         if not states and not others:

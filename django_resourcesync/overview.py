@@ -1,6 +1,7 @@
 """What a set publishes, at a glance: the state of each capability, the change activity, what
 waits to be processed. Read by the admin (and anything else that shows a manager the Source);
-it only reads the app's own tables, a few indexed queries a set.
+it only reads the app's own tables, and reads them for a list of sets at once (:func:`states_of`,
+:func:`activities`, :func:`pending_counts`): as many queries for 20 sets as for one.
 """
 
 import datetime
@@ -76,20 +77,48 @@ def one_line(error):
 def capability_states(resource_set, only=None):
     """A :class:`CapabilityState` for each capability the set offers (among ``only``, if
     given), in the table's order."""
-    return [
-        _state(resource_set, capability) for capability in capabilities.TABLE
-        if resource_set.has_capability(capability.name) and (only is None or capability.name in only)
-    ]
+    return states_of([resource_set], only)[resource_set.pk]
 
 
-def _state(resource_set, capability):
+def states_of(sets, only=None):
+    """:func:`capability_states` of each of ``sets``, by key, read for all of them at once: as
+    many queries for 20 sets as for one (a set fetched by ``with_published()`` asks nothing more
+    for the dates of the capabilities without builds)."""
+    wanted = {
+        resource_set.pk: [
+            capability for capability in capabilities.TABLE
+            if resource_set.has_capability(capability.name) and (only is None or capability.name in only)
+        ]
+        for resource_set in sets
+    }
+
+    def offering(*names):
+        return [pk for pk, offered in wanted.items() if any(capability.name in names for capability in offered)]
+
+    read = {
+        **_builds(offering(*BUILT), BUILT),
+        **_changelists(offering(capabilities.CHANGELIST)),
+        **_changedumps(offering(capabilities.CHANGEDUMP)),
+    }
+    return {
+        resource_set.pk: [_state(resource_set, capability, read) for capability in wanted[resource_set.pk]]
+        for resource_set in sets
+    }
+
+
+#: The capabilities whose documents are builds.
+BUILT = (capabilities.RESOURCELIST, capabilities.RESOURCEDUMP)
+
+
+def _state(resource_set, capability, read):
     uri = uris.document_uri(resource_set, capability.document)
-    if capability.name in (capabilities.RESOURCELIST, capabilities.RESOURCEDUMP):
-        return _built(resource_set, capability, uri)
+    key = (resource_set.pk, capability.name)
+    if capability.name in BUILT:
+        return _built(capability, uri, *read.get(key, (None, None, None, 0)))
     if capability.name == capabilities.CHANGELIST:
-        return _changelist(resource_set, capability, uri)
+        return _changelist(capability, uri, read.get(key))
     if capability.name == capabilities.CHANGEDUMP:
-        return _changedump(resource_set, capability, uri)
+        return _changedump(resource_set, capability, uri, read.get(key))
     # Archives and channels: served while their builder says they are published (an archive
     # is not while the set does not offer what it archives).
     served = capability.builder.published(resource_set) is not None
@@ -97,12 +126,40 @@ def _state(resource_set, capability):
     return CapabilityState(capability, PUBLISHED if served else NOT_BUILT, uri, note=note)
 
 
-def _built(resource_set, capability, uri):
-    builds = Build.objects.filter(resource_set=resource_set, capability=capability.name)
-    published = builds.filter(status=Build.Status.PUBLISHED).order_by("-pk").first()
-    newest = builds.exclude(status=Build.Status.RETIRED).order_by("-pk").first()
-    since = builds.filter(pk__gt=published.pk) if published else builds
-    failure = since.filter(status=Build.Status.FAILED).order_by("-pk").first()
+def _builds(pks, names):
+    """``{(set key, capability): (published, newest, failure, size)}`` for the builds of
+    ``names`` of the sets ``pks``: the newest published build, the newest not retired, the newest
+    failed since the one published, and the size of the published build's documents not
+    withdrawn. Three queries whatever the number of sets."""
+    if not pks:
+        return {}
+    newest = (
+        Build.objects.filter(resource_set__in=pks, capability__in=names)
+        .values("resource_set", "capability")
+        .annotate(
+            published=Max("pk", filter=Q(status=Build.Status.PUBLISHED)),
+            newest=Max("pk", filter=~Q(status=Build.Status.RETIRED)),
+            failed=Max("pk", filter=Q(status=Build.Status.FAILED)),
+        )
+        .order_by()
+    )
+    found = {}
+    for row in newest:
+        failed = row["failed"] if row["failed"] and (row["published"] is None or row["failed"] > row["published"]) else None
+        found[row["resource_set"], row["capability"]] = (row["published"], row["newest"], failed)
+    builds = Build.objects.in_bulk([pk for keys in found.values() for pk in keys if pk is not None])
+    published = [keys[0] for keys in found.values() if keys[0] is not None]
+    sizes = dict(
+        Document.objects.filter(build__in=published, withdrawn__isnull=True)
+        .values("build").annotate(n=Sum("size")).order_by().values_list("build", "n")
+    ) if published else {}
+    return {
+        key: (*(builds.get(pk) for pk in keys), sizes.get(keys[0]) or 0)
+        for key, keys in found.items()
+    }
+
+
+def _built(capability, uri, published, newest, failure, size):
     if newest is not None and newest.status == Build.Status.RUNNING:
         state = BUILDING
     elif failure is not None and newest == failure:
@@ -113,19 +170,27 @@ def _built(resource_set, capability, uri):
         state = NOT_BUILT
     if published is None:
         return CapabilityState(capability, state, uri, failure=failure)
-    size = Document.objects.filter(build=published, withdrawn__isnull=True).aggregate(n=Sum("size"))["n"] or 0
     return CapabilityState(
         capability, state, uri, published=published.finished or published.at, entries=published.entries, bytes=size,
         failure=failure,
     )
 
 
-def _changelist(resource_set, capability, uri):
-    lists = ChangeList.objects.filter(resource_set=resource_set, archived__isnull=True)
-    totals = lists.aggregate(
-        lists=Count("pk"), entries=Sum("entries"), size=Sum("size"), newest=Max("last_datetime"), opened=Max("from_time")
+def _changelists(pks):
+    """``{(set key, changelist): totals}`` of the sets' Change Lists not archived, in one query."""
+    if not pks:
+        return {}
+    rows = (
+        ChangeList.objects.filter(resource_set__in=pks, archived__isnull=True)
+        .values("resource_set")
+        .annotate(entries=Sum("entries"), size=Sum("size"), newest=Max("last_datetime"), opened=Max("from_time"))
+        .order_by()
     )
-    if not totals["lists"]:
+    return {(row["resource_set"], capabilities.CHANGELIST): row for row in rows}
+
+
+def _changelist(capability, uri, totals):
+    if totals is None:
         return CapabilityState(capability, NOT_BUILT, uri)
     return CapabilityState(
         capability, PUBLISHED, uri, published=totals["newest"] or totals["opened"], entries=totals["entries"] or 0,
@@ -134,14 +199,28 @@ def _changelist(resource_set, capability, uri):
     )
 
 
-def _changedump(resource_set, capability, uri):
-    packages = ChangeDumpPackage.objects.filter(resource_set=resource_set, archived__isnull=True)
-    if not packages.exists():
+def _changedumps(pks):
+    """``{(set key, changedump): totals}`` of the sets' Change Dump packages not archived (the
+    sums of those not withdrawn), in one query."""
+    if not pks:
+        return {}
+    kept = Q(withdrawn__isnull=True)
+    rows = (
+        ChangeDumpPackage.objects.filter(resource_set__in=pks, archived__isnull=True)
+        .values("resource_set")
+        .annotate(
+            entries=Sum("entries", filter=kept), size=Sum("size", filter=kept),
+            manifests=Sum("manifest_size", filter=kept), newest=Max("written", filter=kept),
+        )
+        .order_by()
+    )
+    return {(row["resource_set"], capabilities.CHANGEDUMP): row for row in rows}
+
+
+def _changedump(resource_set, capability, uri, totals):
+    if totals is None:
         return CapabilityState(capability, NOT_BUILT, uri)
     # Served from its first package on, if empty once every package is withdrawn.
-    totals = packages.filter(withdrawn__isnull=True).aggregate(
-        entries=Sum("entries"), size=Sum("size"), manifests=Sum("manifest_size"), newest=Max("written")
-    )
     return CapabilityState(
         capability, PUBLISHED, uri, published=totals["newest"] or capability.builder.published(resource_set),
         entries=totals["entries"] or 0, bytes=(totals["size"] or 0) + (totals["manifests"] or 0),
@@ -155,28 +234,51 @@ def pending_changes(resource_set):
     )
 
 
+def pending_counts(sets):
+    """The number of :func:`pending_changes` of each of ``sets``, by key, in one query."""
+    rows = (
+        PendingChange.objects.filter(source__in={resource_set.source for resource_set in sets})
+        .values_list("source", "resource_set").annotate(n=Count("pk")).order_by()
+    )
+    counts = {}
+    for source, kept_for, n in rows:
+        counts[source, kept_for] = n
+    return {
+        resource_set.pk: counts.get((resource_set.source, None), 0) + counts.get((resource_set.source, resource_set.pk), 0)
+        for resource_set in sets
+    }
+
+
 def activity(resource_set, *, now=None):
     """The set's changes per day and kind over the last :data:`ACTIVITY_DAYS` days (today
-    included), and in the last day and week. Only the lists that overlap the window are read:
-    a change's datetime lies within its list's ``from``/``until``."""
+    included), and in the last day and week."""
+    return activities([resource_set], now=now)[resource_set.pk]
+
+
+def activities(sets, *, now=None):
+    """The :func:`activity` of each of ``sets``, by key, in two queries whatever their number.
+    Only the lists that overlap the window are read: a change's datetime lies within its list's
+    ``from``/``until``."""
     now = now or timezone.now()
     today = timezone.localtime(now).date()
     days = [today - datetime.timedelta(days=back) for back in range(ACTIVITY_DAYS - 1, -1, -1)]
     start = timezone.make_aware(datetime.datetime.combine(days[0], datetime.time.min))
-    lists = ChangeList.objects.filter(resource_set=resource_set).filter(Q(until__isnull=True) | Q(until__gte=start))
-    events = ChangeEvent.objects.filter(resource_set=resource_set, changelist__in=lists, datetime__gte=start)
-    result = Activity(days=days)
+    pks = [resource_set.pk for resource_set in sets]
+    lists = ChangeList.objects.filter(resource_set__in=pks).filter(Q(until__isnull=True) | Q(until__gte=start))
+    events = ChangeEvent.objects.filter(resource_set__in=pks, changelist__in=lists, datetime__gte=start)
+    result = {pk: Activity(days=list(days)) for pk in pks}
     rows = (
         events.annotate(day=TruncDate("datetime", tzinfo=timezone.get_current_timezone()))
-        .values("day", "change")
+        .values("resource_set", "day", "change")
         .annotate(n=Count("pk"))
         .order_by()
     )
     for row in rows:
-        result.counts.setdefault(row["day"], {})[row["change"]] = row["n"]
-    recent = events.aggregate(
+        result[row["resource_set"]].counts.setdefault(row["day"], {})[row["change"]] = row["n"]
+    recent = events.values("resource_set").annotate(
         day=Count("pk", filter=Q(datetime__gte=now - datetime.timedelta(days=1))),
         week=Count("pk", filter=Q(datetime__gte=now - datetime.timedelta(days=7))),
-    )
-    result.last_day, result.last_week = recent["day"], recent["week"]
+    ).order_by()
+    for row in recent:
+        result[row["resource_set"]].last_day, result[row["resource_set"]].last_week = row["day"], row["week"]
     return result

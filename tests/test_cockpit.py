@@ -474,3 +474,61 @@ def test_in_a_browser_the_change_logs_dates_stay_on_one_line(browser, live_admin
     assert lines and all(DATE.fullmatch(text) for text, _count in lines), lines
     assert {count for _text, count in lines} == {1}, lines
     assert_the_list_fits(browser)  # the URIs cut to the room left
+
+
+def add_listed_sets(up_to):
+    """Sets up to ``up_to`` of them, each with what the list of sets shows: a published Resource
+    List and Resource Dump with their documents, a failed build after them, an open Change List
+    with changes over the last days, Change Dump packages, left-out objects and an audit."""
+    from django_resourcesync.models import AuditReport, ChangeDumpPackage, ChangeList, Document, LeftOut
+
+    now = timezone.now()
+    for n in range(ResourceSet.objects.count(), up_to):
+        resource_set = ResourceSet.objects.create(
+            name=f"Set {n}", slug=f"set-{n:03d}", source="bitstreams",
+            capabilities=["resourcelist", "changelist", "resourcedump", "changedump", "resourcelist-archive"],
+        )
+        for capability in ("resourcelist", "resourcedump"):
+            built = Build.objects.create(resource_set=resource_set, capability=capability, status=Build.Status.PUBLISHED,
+                                         at=now, finished=now, entries=5)
+            Document.objects.create(build=built, resource_set=resource_set, name=f"{capability}.xml",
+                                    storage_name=f"{n}/{capability}.xml", size=1000 + n, sha256="0" * 64)
+        Build.objects.create(resource_set=resource_set, capability="resourcelist", status=Build.Status.FAILED, at=now,
+                             finished=now, error="OSError: [Errno 28] No space left on device")
+        changelist = ChangeList.objects.create(resource_set=resource_set, number=1, from_time=now - datetime.timedelta(days=5))
+        ChangeEvent.objects.bulk_create([
+            ChangeEvent(resource_set=resource_set, changelist=changelist, object_pk=str(k), uri=f"http://example.org/{n}/{k}",
+                        change=("created", "updated", "deleted")[k % 3], datetime=now - datetime.timedelta(hours=9 * k),
+                        entry_xml="<url/>")
+            for k in range(12)
+        ])
+        ChangeDumpPackage.objects.create(
+            resource_set=resource_set, number=1, from_time=now, until=now, first_event=1, last_event=2, entries=2,
+            storage_name=f"{n}/p1.zip", size=500, sha256="0" * 64, manifest_storage_name=f"{n}/m1.xml", manifest_size=50,
+            manifest_sha256="0" * 64,
+        )
+        LeftOut.objects.create(resource_set=resource_set, object_pk="x", reason="ValueError: no title")
+        AuditReport.objects.create(resource_set=resource_set, base="http://testserver",
+                                   problems=[["http://example.org/x", "answers 404"]] if n % 2 else [])
+
+
+def test_the_list_of_sets_makes_as_many_queries_for_20_sets_as_for_3(admin_client):
+    """What each set publishes, its changes and its last audit are read for the page's sets at
+    once: the list does not slow down with each set a site adds."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    ResourceSet.objects.all().delete()
+    counted = {}
+    for size in (3, 20):
+        add_listed_sets(size)
+        admin_client.get("/admin/resourcesync/resourceset/")
+        with CaptureQueriesContext(connection) as queries:
+            html = admin_client.get("/admin/resourcesync/resourceset/").content.decode()
+        # Every row shows its columns read at once: the states, the failure, the chart, the audit.
+        assert html.count('class="resourcesync-overview resourcesync-compact"') == size
+        assert html.count(">OSError: [Errno 28] No space left on device</a>") == size
+        assert html.count("12 in all") == size and html.count("1 left out") == size
+        assert html.count("1 problem") == size // 2
+        counted[size] = len(queries)
+    assert counted[20] == counted[3], counted
