@@ -27,8 +27,9 @@ middleware, sessions and URLconf), in alternating rounds so that both see the sa
   ``list_display = ["name"]`` (the same rows, the same search box and actions menu, none of the
   app's columns): what Django's admin costs for that page by itself.
 
-Printed per size: p50 and p95 in milliseconds of each, the ratio of the p50s (ours / plain), and
-the queries one request of each makes (the same number at every size is what is wanted). Each
+Printed per size: p50 and p95 in milliseconds of each, the ratio of the p50s (ours / plain), the
+queries one request of each makes (the same number at every size is what is wanted) and the
+median CPU time of a request of each (the process's; what a busy machine changes least). Each
 answer is checked (200, one row a set). Nothing is asserted; the target (issue 44) is a p50 of at
 most 100 ms for 20 sets.
 """
@@ -123,14 +124,15 @@ def fresh_site(database_url, items):
 
 
 def measure(client, path, requests, expect):
-    """Latencies in ms of ``requests`` GETs of ``path``; checks each answer."""
-    times = []
+    """Latencies and CPU times in ms of ``requests`` GETs of ``path``; checks each answer."""
+    times, cpu = [], []
     for _ in range(requests):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         response = client.get(path)
         times.append((time.perf_counter() - started) * 1000)
+        cpu.append((time.process_time() - started_cpu) * 1000)
         expect(response)
-    return times
+    return times, cpu
 
 
 def main():
@@ -196,16 +198,19 @@ def main():
             with CaptureQueriesContext(connection) as captured:
                 expect(client.get(url))
             queries[name] = len(captured)
-        ours, plain = [], []
+        ours, plain, ours_cpu, plain_cpu = [], [], [], []
         per_round = max(1, options.requests // options.rounds)
         for _ in range(options.rounds):
-            ours += measure(client, ours_path, per_round, expect)
-            plain += measure(client, plain_path, per_round, expect)
+            for times, cpu, url in ((ours, ours_cpu, ours_path), (plain, plain_cpu, plain_path)):
+                got = measure(client, url, per_round, expect)
+                times += got[0]
+                cpu += got[1]
         p50, plain_p50 = statistics.median(ours), statistics.median(plain)
+        cpu, plain_cpu = statistics.median(ours_cpu), statistics.median(plain_cpu)
         print(f"{size:>5}  {p50:>7.1f}ms {percentile(ours, 0.95):>6.1f}ms   {plain_p50:>7.1f}ms "
               f"{percentile(plain, 0.95):>5.1f}ms   {p50 / plain_p50:>5.2f}x  {queries['ours']:>5} / {queries['plain']:<5}"
-              f"  (setup {setup_seconds:.1f} s)")
-    print(f"target: a p50 of at most {TARGET_MS:.0f} ms for 20 sets; queries: ours / plain, one request each")
+              f"  CPU p50 {cpu:.1f} / {plain_cpu:.1f} ms  (setup {setup_seconds:.1f} s)")
+    print(f"target: a p50 of at most {TARGET_MS:.0f} ms for 20 sets; queries and CPU: ours / plain, one request")
 
     if options.profile:
         profile = cProfile.Profile()
