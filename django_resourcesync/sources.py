@@ -23,6 +23,7 @@ import logging
 import mimetypes
 import os
 import re
+import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +31,9 @@ from contextlib import ExitStack, contextmanager
 from functools import cached_property
 
 from django.core.exceptions import ImproperlyConfigured
+from django.core.files.storage import FileSystemStorage, Storage
 from django.db import DatabaseError, connections, models
+from django.db.models.fields.files import FieldFile
 
 from . import bulk, fingerprints
 from .entries import CHANGEFREQS, Entry, Representation, clean_link, clean_links, normalise_media_type
@@ -53,6 +56,10 @@ PREFETCH_THREADS = 16
 PREFETCH_BYTES = 8 * 1024 * 1024
 #: A file asked for in more than this (on average) was looked for on the disk, not in memory.
 PREFETCH_SLOW_SECONDS = 100e-6
+#: Threads that read and hash files ahead of the thread that describes them
+#: (:meth:`ResourceSource.read_ahead`), and how many files each of their tasks takes.
+READ_AHEAD_THREADS = 3
+READ_AHEAD_CHUNK = 64
 #: A content coding token (RFC 9110: gzip, br, deflate...).
 ENCODING_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
 
@@ -74,6 +81,80 @@ def _advise(path):
 def _advise_all(paths):
     for path in paths:
         _advise(path)
+
+
+def _digest_files(paths):
+    """``[(md5, sha256, length) or (where, exc)]`` of the files ``paths``, read and hashed (on a
+    thread of the read-ahead pool: opening and reading let the interpreter go, and so does
+    hashing a chunk of more than 2 KiB)."""
+    found = []
+    for path in paths:
+        try:
+            handle = open(path, "rb")  # noqa: SIM115 - closed below
+        except (OSError, ValueError) as exc:
+            found.append(("open", exc))
+            continue
+        md5, sha256, length = hashlib.md5(), hashlib.sha256(), 0
+        try:
+            with handle:
+                while chunk := handle.read(READ_CHUNK):
+                    md5.update(chunk)
+                    sha256.update(chunk)
+                    length += len(chunk)
+        except OSError as exc:
+            found.append(("read", exc))
+            continue
+        found.append((md5.hexdigest(), sha256.hexdigest(), length))
+    return found
+
+
+_pool = {"pid": None, "executor": None}
+_pool_lock = threading.Lock()
+
+
+def _read_ahead_pool():
+    """The process's read-ahead threads, started when first needed (again in a forked child,
+    which has none of its parent's threads)."""
+    with _pool_lock:
+        if _pool["pid"] != os.getpid():
+            _pool["executor"] = ThreadPoolExecutor(READ_AHEAD_THREADS, thread_name_prefix="resourcesync-read")
+            _pool["pid"] = os.getpid()
+        return _pool["executor"]
+
+
+def _reads_as_opened(f):
+    """Whether the bytes of the ``FieldFile`` ``f`` are those of the file at its storage's path,
+    read as Django's own filesystem storage opens it: a committed file not yet opened, of a
+    ``FileSystemStorage`` that opens, and finds, its files the default way."""
+    if type(f).open is not FieldFile.open or not getattr(f, "_committed", False) or getattr(f, "_file", None) is not None:
+        return False
+    storage = f.storage
+    kind = storage.__class__  # the class of the storage a LazyObject (default_storage) wraps
+    return (
+        isinstance(storage, FileSystemStorage) and kind.open is Storage.open and kind._open is FileSystemStorage._open
+        and kind.path is FileSystemStorage.path
+    )
+
+
+class ReadAhead:
+    """The bytes of one object's file, being read and hashed by the read-ahead pool
+    (:meth:`ResourceSource.read_ahead`)."""
+
+    __slots__ = ("source", "name", "task", "index")
+
+    def __init__(self, source, name, task, index):
+        self.source, self.name, self.task, self.index = source, name, task, index
+
+    def representation(self, obj):
+        """The :class:`Representation` of ``obj``'s file, as :meth:`ResourceSource.representation`
+        gives it (the same failures, with the same words)."""
+        found = self.task.result()[self.index]
+        if found[0] == "open":
+            raise UnpublishableResource(f"cannot read {self.name}: {found[1]}") from found[1]
+        if found[0] == "read":
+            raise UnpublishableResource(f"cannot read the bytes of {obj!r}: {found[1]}") from found[1]
+        md5, sha256, length = found
+        return Representation(md5, sha256, length, self.source._declared_media_type(obj))
 
 
 class ResourceSource:
@@ -570,6 +651,40 @@ class ResourceSource:
         with ThreadPoolExecutor(PREFETCH_THREADS, thread_name_prefix="resourcesync-prefetch") as pool:
             for _done in pool.map(_advise_all, shares):
                 pass
+
+    def read_ahead(self, objects):
+        """``{str(pk): ReadAhead}`` of those of ``objects`` whose bytes are a file of the local
+        filesystem, opened the default way: their files read and hashed from now on by a pool of
+        threads (a few files a task, in order), beside the thread that describes them; each
+        :meth:`ReadAhead.representation` is what :meth:`representation` would give. Empty where
+        the source reads its bytes its own way (its ``bitstream()`` or ``representation()``
+        overridden). An object whose file cannot be told now is left to :meth:`representation`,
+        which reports what is wrong with it."""
+        own = type(self)
+        if (own.bitstream is not ResourceSource.bitstream or own.representation is not ResourceSource.representation
+                or own.representation_of is not ResourceSource.representation_of):
+            return {}
+        wanted = []
+        for obj in objects:
+            try:
+                f = self._get("file", obj)
+                if not f or not isinstance(f, FieldFile) or not _reads_as_opened(f):
+                    continue
+                wanted.append((str(obj.pk), f.name, f.path))
+            except DatabaseError:
+                raise
+            except Exception:  # noqa: BLE001 - reported where the object is read
+                continue
+        if not wanted:
+            return {}
+        pool = _read_ahead_pool()
+        ahead = {}
+        for start in range(0, len(wanted), READ_AHEAD_CHUNK):
+            few = wanted[start : start + READ_AHEAD_CHUNK]
+            task = pool.submit(_digest_files, [path for _key, _name, path in few])
+            for index, (key, name, _path) in enumerate(few):
+                ahead[key] = ReadAhead(self, name, task, index)
+        return ahead
 
     def representation(self, obj):
         """Read and hash the resource's bytes; ``None`` when the source knows no bytes for it.

@@ -16,6 +16,7 @@ from ..exceptions import UnpublishableResource
 from ..fingerprints import digested_form
 from ..models import LeftOut, PreparedEntry, Resource
 from ..signals import resources_left
+from ..sources import ReadAhead
 from ..versions import StoreUnavailable
 from ..xml.writer import resource_entry
 from .changelog import ChangeLog
@@ -393,9 +394,11 @@ class SetWriter:
 
     def _batch_contents(self, keys, objects, known, fingerprints):
         """``{key: content}`` of the objects of ``keys`` whose bytes must be read (no record
-        whose fingerprint vouches for them), from one call of the source's ``contents()``; the
-        others, and those it does not answer for, are read one by one (their files asked of
-        the operating system first, several at a time: ``source.prefetch()``)."""
+        whose fingerprint vouches for them), from one call of the source's ``contents()``; for
+        the others, a :class:`~..sources.ReadAhead` where their files are read and hashed on
+        threads meanwhile (``source.read_ahead()``; not where the version store keeps the
+        bytes); the rest are read one by one (their files asked of the operating system first,
+        several at a time: ``source.prefetch()``)."""
         wanted = [
             objects[key] for key in keys
             if objects[key] is not None and not vouches(known.get(key), fingerprints.get(key))
@@ -403,7 +406,12 @@ class SetWriter:
         if not wanted:
             return {}
         rendered = self.source.batch_contents(wanted)
-        self.source.prefetch([obj for obj in wanted if str(obj.pk) not in rendered])
+        rest = [obj for obj in wanted if str(obj.pk) not in rendered]
+        if not self.keeping:  # (the version store keeps the bytes as they are read)
+            # Files read and hashed by a pool of threads while this one describes the objects.
+            rendered.update(self.source.read_ahead(rest))
+            rest = [obj for obj in rest if str(obj.pk) not in rendered]
+        self.source.prefetch(rest)
         return rendered
 
     def _reader(self, row, content=NOT_RENDERED):
@@ -411,6 +419,8 @@ class SetWriter:
         ``content`` (what ``contents()`` gave for it) unless that is ``NOT_RENDERED``, else read
         by the source one by one (``None``: ``source.entry()`` reads them). The version store
         keeps them on the way, unless they are those of the record (no change)."""
+        if isinstance(content, ReadAhead):
+            return content.representation
         unless = row and row["sha256"]
         if content is NOT_RENDERED:
             return functools.partial(self._keep, unless=unless) if self.keeping else None
