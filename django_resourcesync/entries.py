@@ -63,12 +63,24 @@ class Entry:
     encoding: str | None = None
 
 
+_schemes = [None, frozenset()]  # [the setting's value, its schemes in lowercase]
+
+
+def _allowed_schemes():
+    """``RESOURCESYNC["LINK_SCHEMES"]`` in lowercase, made again only when the setting is
+    another value (every link of every entry asks)."""
+    given = app_settings.LINK_SCHEMES
+    if _schemes[0] is not given:
+        _schemes[:] = [given, frozenset(str(allowed).lower() for allowed in given)]
+    return _schemes[1]
+
+
 def _link_scheme_allowed(uri):
     """Whether a link may point at ``uri`` (encoded, so its scheme is lowercase): its scheme is
     one of ``RESOURCESYNC["LINK_SCHEMES"]``. A Destination follows links; one to a
     ``javascript:`` or ``file:`` URI, say, is not something a Source should hand it."""
     scheme = uri.partition(":")[0] if URI_SCHEME_RE.match(uri) else ""
-    if scheme in {str(allowed).lower() for allowed in app_settings.LINK_SCHEMES}:
+    if scheme in _allowed_schemes():
         return True
     logger.debug("Link to %.80s left out: its scheme is not in RESOURCESYNC['LINK_SCHEMES'].", uri)
     return False
