@@ -258,13 +258,17 @@ def failure_link(state):
 
 
 class SetsChangeList(ChangeListInRange):
-    """The list of sets: each set of the page is fetched with the dates of its documents
-    (``with_published()``), and what its columns show is read for all of the page's sets at once
-    (:meth:`ResourceSetAdmin.read_columns`), in as many queries for 20 sets as for one. Read at
-    each request: nothing is kept from one to the next."""
+    """The list of sets: each set of the page is fetched with the date of its Change Dump, as
+    ``with_published()`` fetches it (the one date of a document the list reads from its builder;
+    the others its columns read from the builds), and what its columns show is read for all of
+    the page's sets at once (:meth:`ResourceSetAdmin.read_columns`), in as many queries for 20
+    sets as for one. Read at each request: nothing is kept from one to the next."""
 
     def get_queryset(self, request, exclude_parameters=None):
-        return super().get_queryset(request, exclude_parameters).with_published()
+        changedump = capabilities.get(capabilities.CHANGEDUMP)
+        return super().get_queryset(request, exclude_parameters).annotate(
+            **{changedump.annotation: changedump.builder.published_expression()}
+        )
 
     def get_results(self, request):
         super().get_results(request)

@@ -256,7 +256,7 @@ def activity(resource_set, *, now=None):
 
 
 def activities(sets, *, now=None):
-    """The :func:`activity` of each of ``sets``, by key, in two queries whatever their number.
+    """The :func:`activity` of each of ``sets``, by key, in one query whatever their number.
     Only the lists that overlap the window are read: a change's datetime lies within its list's
     ``from``/``until``."""
     now = now or timezone.now()
@@ -267,18 +267,21 @@ def activities(sets, *, now=None):
     lists = ChangeList.objects.filter(resource_set__in=pks).filter(Q(until__isnull=True) | Q(until__gte=start))
     events = ChangeEvent.objects.filter(resource_set__in=pks, changelist__in=lists, datetime__gte=start)
     result = {pk: Activity(days=list(days)) for pk in pks}
+    # One pass over the changes: per set, day and kind, with how many of them are of the last
+    # day and week (summed over the set's rows).
     rows = (
         events.annotate(day=TruncDate("datetime", tzinfo=timezone.get_current_timezone()))
         .values("resource_set", "day", "change")
-        .annotate(n=Count("pk"))
+        .annotate(
+            n=Count("pk"),
+            last_day=Count("pk", filter=Q(datetime__gte=now - datetime.timedelta(days=1))),
+            last_week=Count("pk", filter=Q(datetime__gte=now - datetime.timedelta(days=7))),
+        )
         .order_by()
     )
     for row in rows:
-        result[row["resource_set"]].counts.setdefault(row["day"], {})[row["change"]] = row["n"]
-    recent = events.values("resource_set").annotate(
-        day=Count("pk", filter=Q(datetime__gte=now - datetime.timedelta(days=1))),
-        week=Count("pk", filter=Q(datetime__gte=now - datetime.timedelta(days=7))),
-    ).order_by()
-    for row in recent:
-        result[row["resource_set"]].last_day, result[row["resource_set"]].last_week = row["day"], row["week"]
+        found = result[row["resource_set"]]
+        found.counts.setdefault(row["day"], {})[row["change"]] = row["n"]
+        found.last_day += row["last_day"]
+        found.last_week += row["last_week"]
     return result

@@ -479,7 +479,8 @@ def test_in_a_browser_the_change_logs_dates_stay_on_one_line(browser, live_admin
 def add_listed_sets(up_to):
     """Sets up to ``up_to`` of them, each with what the list of sets shows: a published Resource
     List and Resource Dump with their documents, a failed build after them, an open Change List
-    with changes over the last days, Change Dump packages, left-out objects and an audit."""
+    with changes over the last days, a Change Dump package (withdrawn in every other set),
+    left-out objects and an audit."""
     from django_resourcesync.models import AuditReport, ChangeDumpPackage, ChangeList, Document, LeftOut
 
     now = timezone.now()
@@ -505,7 +506,7 @@ def add_listed_sets(up_to):
         ChangeDumpPackage.objects.create(
             resource_set=resource_set, number=1, from_time=now, until=now, first_event=1, last_event=2, entries=2,
             storage_name=f"{n}/p1.zip", size=500, sha256="0" * 64, manifest_storage_name=f"{n}/m1.xml", manifest_size=50,
-            manifest_sha256="0" * 64,
+            manifest_sha256="0" * 64, withdrawn=now if n % 2 else None,  # then dated by its builder
         )
         LeftOut.objects.create(resource_set=resource_set, object_pk="x", reason="ValueError: no title")
         AuditReport.objects.create(resource_set=resource_set, base="http://testserver",
