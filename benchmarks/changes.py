@@ -116,12 +116,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import _steps
-from _steps import add_child_arguments, run_as_child
+from _steps import add_child_arguments, database_name, progress, purge_broker, recreate_database, run_as_child
 
-ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BROKER = "redis://127.0.0.1:6379/14"
 
 TARGET_SAVE_RATIO = 1.5
@@ -137,23 +135,9 @@ TARGET_WORKER_RECORDS_PER_S = 5_000
 
 
 def setup_django(cfg):
-    os.environ["EXAMPLE_VAR_DIR"] = cfg["var_dir"]
-    os.environ["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
-    settings_from_env = (
-        ("DATABASE_URL", cfg["database_url"]),
-        ("CELERY_BROKER_URL", cfg["broker_url"]),
-        ("PGOPTIONS", cfg.get("pgoptions")),  # libpq: options for every PostgreSQL session
-    )
-    for name, value in settings_from_env:
-        if value:
-            os.environ[name] = value
-        else:
-            os.environ.pop(name, None)
-    os.environ.pop("CELERY_RESULT_BACKEND", None)
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
+    # PGOPTIONS: libpq's options for every PostgreSQL session (--pg-jit off)
+    _steps.setup_django_example(cfg["var_dir"], cfg["database_url"], cfg["broker_url"],
+                                environ={"PGOPTIONS": cfg.get("pgoptions")})
     from django.conf import settings
 
     assert settings.CELERY_TASK_ALWAYS_EAGER == (not cfg["broker_url"])
@@ -1043,46 +1027,6 @@ def run_child(role, result_dir, *args):
     result = _steps.run_child(__file__, role, result_dir, *args)
     progress(f"{role} done in {time.perf_counter() - started:.1f} s")
     return result
-
-
-def progress(message):
-    print(f"  [{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-# --------------------------------------------------------------------------------------------
-# Services: the PostgreSQL database and the broker's queue
-
-
-def admin_url(database_url):
-    """The same server, database ``postgres``."""
-    parts = urlsplit(database_url)
-    return urlunsplit(("postgresql", parts.netloc, "/postgres", "", ""))
-
-
-def database_name(database_url):
-    return urlsplit(database_url).path.lstrip("/")
-
-
-def recreate_database(database_url, create=True):
-    import psycopg
-    from psycopg import sql
-
-    name = database_name(database_url)
-    with psycopg.connect(admin_url(database_url), autocommit=True) as connection:
-        connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        if create:
-            connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        return connection.execute("SHOW jit").fetchone()[0]
-
-
-def purge_broker(broker_url):
-    try:
-        import redis
-
-        redis.Redis.from_url(broker_url).flushdb()
-    except ImportError:
-        db = urlsplit(broker_url).path.lstrip("/") or "0"
-        subprocess.run(["redis-cli", "-n", db, "flushdb"], check=True, stdout=subprocess.DEVNULL)
 
 
 # --------------------------------------------------------------------------------------------
