@@ -11,47 +11,50 @@ PostgreSQL database dropped and created: give it a throwaway name), the script:
 
 1. seeds the example repository (not timed, its rate printed): ``seed_repository``'s
    ``add_items(items, file_size=64, track=False)``, with the number of items that gives the
-   ``bitstreams`` set exactly N files (an item has one file, every third one two). The set is
-   the example's files, not its ``metadata`` records: the first record of a ``metadata`` set
-   renders the site's view once per item (about 1 ms each, some 20 minutes at 1M), where a
-   file only has its 64 bytes hashed. The set gets the capabilities ``resourcelist`` and
-   ``changelist`` and a first ``rebuild_set`` brings its record up to date and publishes a
-   first Resource List (not timed). ``add_items`` is called without tracking: the command
-   ``seed_repository`` tells change tracking of every item and file, and every set whose source
-   tracks them (``metadata`` and ``pages`` too) would then render each item's view;
-2. times ``manage.py resourcesync_rebuild --set bitstreams`` (``call_command`` in a child, the
-   command's own progress output captured) with nothing changed since: pending changes, the
-   reconcile, the Resource List rebuilt and published, the Change List closed if due, the
-   storage sweep. The time split of the rebuild comes from timers wrapped around the functions
-   the command calls (``tracking.process_pending``, ``tracking.reconcile`` and its parts, each
-   capability's ``update``, ``sweep.sweep``). The reconcile's µs per resource is printed beside
-   the raw cursor read of the rows it compares (in a child, best of 2): the objects' key and
-   fingerprint fields, and their records' key and fingerprint;
-3. changes 1% of the files (every 100th by key) with ``queryset.update(media_type=...,
-   modified=Now())``, which sends no signal (not timed), and times the command again: the
-   reconcile must find them; the change events it wrote are counted;
-4. times ``resync`` (the reference library) writing a Resource List of the same N entries from
-   memory: the set's ``Resource`` rows are read first (not timed, shown apart), then
-   ``resync.resource.Resource`` objects are made (uri, lastmod as a float timestamp, md5,
-   sha256, length, mime_type) and ``ResourceList(allow_multifile=True).write(basename=...)``
-   writes a sitemapindex and parts of 50,000 entries.
+   ``bitstreams`` set exactly N files (an item has one file, every third one two), and gives the
+   set the capabilities ``resourcelist`` and ``changelist``. Nothing is recorded yet. The set is
+   the example's files, not its ``metadata`` records (whose first record renders the site's view
+   once per item). ``add_items`` is called without tracking: the command ``seed_repository``
+   tells change tracking of every item and file. The seeded state is kept (the SQLite file
+   copied, or a PostgreSQL database made from it as a template);
+2. **the first publication**, ``--first-rounds`` paired rounds (default 3), each from the seeded
+   state put back: ``manage.py resourcesync_rebuild --set bitstreams`` with nothing recorded
+   (every file read and hashed md5 and sha-256, every entry rendered and recorded, the Resource
+   List published), and ``resync-build --write-resourcelist --hash md5 --hash sha-256`` over
+   the same files (its script loaded first, as Django is set up first for ours, then its
+   ``main()`` timed), which of the two goes first alternating; the ratio is taken per round;
+3. **republishing with little changed** (what a nightly rebuild does), ``--repeat`` turns
+   (default 3): the command with nothing changed since (pending changes, the reconcile, the
+   Resource List rebuilt and published, the Change List closed if due, the storage sweep; the
+   time split comes from timers wrapped around the functions the command calls), then with 1%
+   of the files changed (every 100th by key, the next one each turn) by
+   ``queryset.update(media_type=..., modified=Now())``, which sends no signal (not timed), so
+   that the reconcile must find them; the change events it wrote are counted; then ``resync``
+   (the reference library) making and writing a Resource List of the same N entries from the
+   set's ``Resource`` rows, streamed from a cursor (its peak RSS is then its own, not that of
+   a list of every row made first); the rows are read once alone before, and that read is
+   taken off its time. The reconcile's µs per resource is printed beside the raw cursor read
+   of the rows it compares (in a child, best of 2).
 
 Every step runs in its own child process (this script re-run with ``--child``), so each peak
-RSS (``ru_maxrss``) is that step's own. It prints per N our wall seconds, µs per resource and
-peak RSS, resync's, the ratio resync time / our time (target at least 3x), our peak RSS (target
-under 200 MB), then a linearity line (µs per resource at the largest N relative to the
-smallest). Nothing is asserted. ``--profile auto`` (the default) runs the rebuild twice more
+RSS (``ru_maxrss``) is that step's own. It prints per N our wall and CPU seconds, µs per
+resource and peak RSS, resync's, the ratio resync time / our time, our peak RSS (target under
+200 MB), a linearity line (µs per resource at the largest N relative to the smallest), and a
+closing table per N with one row each for the first publication (target at least 1.5x
+resync-build), the rebuild with nothing changed and with 1% changed (target at least 3x resync;
+and at most 0.2 ms a changed file): ours, resync, the ratio (median of the rounds, min to max),
+the cost per file and the peak RSS of each. Nothing is asserted. ``--profile auto`` (the default) runs the rebuild twice more
 under cProfile at the largest N when the ratio there is below target (``always`` / ``never``):
 with nothing changed, then with another 1% of the files changed. ``--keep`` keeps the directory
-and database; ``--skip-resync`` skips step 4. ``--repeat K`` times steps 2 to 4 K times in turn
-(each turn changing another 1% of the files) and gives the median of the turns' ratios: on a
-machine whose speed drifts by tens of percent from one minute to the next, one turn's ratio can
-be off by as much.
+and database; ``--skip-resync`` skips resync and resync-build. On a machine whose speed drifts by tens of
+percent from one minute to the next, one round's ratio can be off by as much: read the medians
+of the paired rounds.
 """
 
 import argparse
 import io
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -70,6 +73,7 @@ CHANGED_MEDIA_TYPE = "application/octet-stream"
 BASE_URL = "http://127.0.0.1:8000"  # the example's default RESOURCESYNC["BASE_URL"]
 
 TARGET_RATIO = 3.0
+TARGET_FIRST_RATIO = 1.5
 TARGET_PEAK_MB = 200.0
 TARGET_RECONCILE_US = 5.0
 
@@ -77,8 +81,8 @@ OURS = "resourcesync_rebuild"
 RESYNC = "resync"
 
 CHOICE = (
-    f"set '{SLUG}' (the example's files, {FILE_SIZE}-byte files): its first record hashes each file's bytes; "
-    "the 'metadata' set's first record would render the site's view per item (~1 ms each, ~20 min at 1M)"
+    f"set '{SLUG}' (the example's files, {FILE_SIZE}-byte files): its first publication reads and hashes each file;"
+    " then republishing it with nothing, or 1%, changed (what a nightly rebuild does)"
 )
 
 
@@ -99,14 +103,75 @@ def setup_django(cfg):
     _steps.setup_django_example(cfg["var_dir"], cfg["database_url"])
 
 
+def cpu_seconds():
+    """CPU seconds of this process so far, every thread's, user and system."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# --------------------------------------------------------------------------------------------
+# The state before a first publication, kept and put back for each round of it.
+
+SNAPSHOT = "seeded"
+
+
+def snapshot(cfg):
+    """Keep the seeded state (nothing recorded): the SQLite file copied, or a PostgreSQL
+    database made from this one as a template."""
+    if cfg["database_url"]:
+        _pg_copy(cfg["database_url"], _suffixed(cfg["database_url"]), from_url=cfg["database_url"])
+    else:
+        var_dir = Path(cfg["var_dir"])
+        shutil.copyfile(var_dir / "db.sqlite3", var_dir / f"{SNAPSHOT}.sqlite3")
+
+
+def restore(cfg):
+    """Put the seeded state back (nothing recorded, no document stored): the database, and the
+    app's storage emptied; the files (media) are the same."""
+    var_dir = Path(cfg["var_dir"])
+    shutil.rmtree(var_dir / "resourcesync", ignore_errors=True)
+    if cfg["database_url"]:
+        _pg_copy(_suffixed(cfg["database_url"]), cfg["database_url"], from_url=_suffixed(cfg["database_url"]))
+    else:
+        for suffix in ("-wal", "-shm"):
+            (var_dir / f"db.sqlite3{suffix}").unlink(missing_ok=True)
+        shutil.copyfile(var_dir / f"{SNAPSHOT}.sqlite3", var_dir / "db.sqlite3")
+
+
+def drop_snapshot(cfg):
+    if cfg["database_url"]:
+        _steps.recreate_database(_suffixed(cfg["database_url"]), create=False)
+
+
+def _suffixed(database_url):
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(database_url)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + f"_{SNAPSHOT}"))
+
+
+def _pg_copy(source_url, target_url, *, from_url):
+    """``target_url``'s database dropped and made again as a copy of ``source_url``'s."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+    from psycopg import sql
+
+    source, target = (urlsplit(url).path.lstrip("/") for url in (source_url, target_url))
+    parts = urlsplit(from_url)
+    with psycopg.connect(urlunsplit(("postgresql", parts.netloc, "/postgres", "", "")), autocommit=True) as connection:
+        connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(target)))
+        connection.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(target), sql.Identifier(source)))
+
+
 def child_seed(cfg, n):
-    """Migrate, add the items and files, bring the set's record up to date (none of it timed)."""
+    """Migrate, add the items and files, and offer the set's capabilities (none of it timed):
+    nothing is recorded yet, as before a first publication."""
     setup_django(cfg)
     from django.core.management import call_command
     from django.db import connection
 
-    from django_resourcesync.models import Resource, ResourceSet
-    from django_resourcesync.rebuild import rebuild_set
+    from django_resourcesync.models import ResourceSet
     from example_project.repository.management.commands.seed_repository import add_items
     from example_project.repository.models import ItemFile
 
@@ -120,25 +185,21 @@ def child_seed(cfg, n):
     resource_set.capabilities = CAPABILITIES
     resource_set.enabled = True
     resource_set.save(update_fields=["capabilities", "enabled"])
-    started = time.perf_counter()
-    builds = rebuild_set(resource_set)  # the first record (every file hashed) and a first list
-    first = time.perf_counter() - started
     vacuum = 0.0
-    if connection.vendor == "postgresql":
-        # What autovacuum does after a bulk load (statistics, visibility map), done now so that
-        # it does not run during a timed step.
-        started = time.perf_counter()
-        with connection.cursor() as cursor:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # What autovacuum does after a bulk load (statistics, visibility map), done now so
+            # that it does not run during a timed step.
+            started = time.perf_counter()
             cursor.execute("VACUUM ANALYZE")
-        vacuum = time.perf_counter() - started
+            vacuum = time.perf_counter() - started
+        else:  # the database in one file, to be copied for each round of the first publication
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return {
         "items": items,
         "files": ItemFile.objects.count(),
         "seed_seconds": seeded,
-        "first_seconds": first,
         "vacuum_seconds": vacuum,
-        "resources": Resource.objects.filter(resource_set=resource_set).count(),
-        "first_builds": [[build.capability, build.status, build.entries] for build in builds],
         "vendor": connection.vendor,
     }
 
@@ -238,15 +299,18 @@ def child_rebuild(cfg, n):
     last_event = events.order_by("-id").values_list("id", flat=True).first() or 0
     out, err = io.StringIO(), io.StringIO()
     baseline = current_rss_kib()
+    cpu = cpu_seconds()
     started = time.perf_counter()
     call_command("resourcesync_rebuild", "--set", SLUG, stdout=out, stderr=err)
     seconds = time.perf_counter() - started
+    cpu = cpu_seconds() - cpu
     peak = peak_rss_kib()
 
     new_events = list(events.filter(id__gt=last_event).values_list("change", flat=True))
     build = Build.objects.filter(resource_set__slug=SLUG, capability="resourcelist").order_by("-pk").first()
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "setup_seconds": setup,
         "baseline_kib": baseline,
         "peak_kib": peak,
@@ -281,16 +345,21 @@ def child_change(cfg, every, offset=0):
 
 
 def child_resync(cfg, n):
-    """Read the set's rows (not timed), then time resync making and writing the Resource List."""
+    """Time resync making and writing the Resource List from the set's rows, streamed from a
+    cursor (as a publisher would feed it, so that its peak RSS is resync's own, not that of a
+    list of every row made first); the rows are read once alone before, and that read is
+    taken off its time (so the figure is resync's making and writing, as before)."""
     setup_django(cfg)
     from django_resourcesync.models import Resource
 
-    started = time.perf_counter()
-    rows = list(
+    rows = (
         Resource.objects.filter(resource_set__slug=SLUG)
         .order_by("pk")
         .values_list("uri", "lastmod", "md5", "sha256", "length", "media_type")
     )
+    started = time.perf_counter()
+    for _row in rows.iterator(chunk_size=5000):
+        pass
     read = time.perf_counter() - started
 
     from resync.mapper import Mapper
@@ -303,9 +372,10 @@ def child_resync(cfg, n):
     mapper = Mapper([f"{BASE_URL}/resourcesync/{SLUG}/={out_dir}/"])
 
     baseline = current_rss_kib()
+    cpu = cpu_seconds()
     started = time.perf_counter()
     resource_list = ResourceList(allow_multifile=True, mapper=mapper)
-    for uri, lastmod, md5, sha256, length, media_type in rows:
+    for uri, lastmod, md5, sha256, length, media_type in rows.iterator(chunk_size=5000):
         resource_list.add(
             ResyncResource(
                 uri=uri, timestamp=lastmod.timestamp(), md5=md5, sha256=sha256, length=length, mime_type=media_type or None
@@ -313,19 +383,53 @@ def child_resync(cfg, n):
         )
     made = time.perf_counter() - started
     resource_list.write(basename=basename)
-    seconds = time.perf_counter() - started
+    total = time.perf_counter() - started
+    cpu = cpu_seconds() - cpu
     peak = peak_rss_kib()
     files = sorted(out_dir.glob("*.xml"))
     return {
-        "seconds": seconds,
-        "make_seconds": made,
-        "write_seconds": seconds - made,
+        "seconds": max(0.0, total - read),
+        "streamed_seconds": total,
+        "cpu_seconds": cpu,
+        "make_seconds": max(0.0, made - read),
+        "write_seconds": total - made,
         "read_seconds": read,
         "baseline_kib": baseline,
         "peak_kib": peak,
         "entries": len(resource_list),
         "parts": len(files) - 1,
         "bytes": sum(path.stat().st_size for path in files),
+    }
+
+
+def child_resync_build(cfg):
+    """Time ``resync-build --write-resourcelist --hash md5 --hash sha-256`` over the example's
+    files (every file read and hashed, its entry written): resync's first publication of them.
+    Its script is loaded first (its imports, like Django's setup for ours, not timed), then its
+    ``main()`` timed in this process."""
+    import runpy
+    import shutil
+
+    script = shutil.which("resync-build", path=str(Path(sys.executable).parent)) or shutil.which("resync-build")
+    main = runpy.run_path(script, run_name="resync_build")["main"]
+    media = Path(cfg["var_dir"]) / "media"
+    out_dir = Path(cfg["var_dir"]) / "resync-build"
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir()
+    sys.argv = ["resync-build", "--write-resourcelist", "--hash", "md5", "--hash", "sha-256",
+                "--outfile", str(out_dir / "resourcelist.xml"), f"{BASE_URL}/media/={media}"]
+    baseline = current_rss_kib()
+    cpu = cpu_seconds()
+    started = time.perf_counter()
+    main()
+    seconds = time.perf_counter() - started
+    cpu = cpu_seconds() - cpu
+    peak = peak_rss_kib()
+    files = sorted(out_dir.glob("*.xml"))
+    entries = sum(path.read_bytes().count(b"<url>") for path in files)
+    return {
+        "seconds": seconds, "cpu_seconds": cpu, "baseline_kib": baseline, "peak_kib": peak, "entries": entries,
+        "parts": max(0, len(files) - 1), "bytes": sum(path.stat().st_size for path in files),
     }
 
 
@@ -359,7 +463,7 @@ def child_profile(cfg, top):
 
 CHILDREN = {
     "seed": child_seed, "rebuild": child_rebuild, "raw": child_raw, "change": child_change, "resync": child_resync,
-    "profile": child_profile,
+    "resync_build": child_resync_build, "profile": child_profile,
 }
 
 
@@ -436,9 +540,11 @@ def main():
                         help="cProfile the rebuild, nothing changed and 1%% changed, at the largest N"
                              " (auto: when the ratio is below target)")
     parser.add_argument("--top", type=int, default=25, help="functions shown by the profile (default 25)")
-    parser.add_argument("--repeat", type=int, default=1,
+    parser.add_argument("--repeat", type=int, default=3,
                         help="time the three steps (nothing changed, another 1%% changed, resync) this many times"
-                             " in turn at each N, and give the median of the ratios of each turn (default 1)")
+                             " in turn at each N, and give the median of the ratios of each turn (default 3)")
+    parser.add_argument("--first-rounds", type=int, default=3,
+                        help="paired rounds of the first publication, ours and resync-build (default 3)")
     add_child_arguments(parser, CHILDREN)
     options = parser.parse_args()
     if run_as_child(options, CHILDREN):
@@ -450,7 +556,7 @@ def main():
     print(f"measured: {CHOICE}")
     if options.cold:
         print("--cold: the operating system's caches emptied before each timed step (files, folders, database)")
-    results = {}
+    results, summaries = {}, {}
     for n in sizes:
         var_dir = tempfile.mkdtemp(prefix=f"rebuild-bench-{n}-")
         cfg = {"var_dir": var_dir, "database_url": options.database_url}
@@ -458,14 +564,15 @@ def main():
             if options.database_url:
                 _steps.recreate_database(options.database_url)
             seed = run_child("seed", var_dir, cfg, n)
-            count = seed["resources"]
+            count = seed["files"]
+            snapshot(cfg)
             print()
             print(f"N = {count:,} resources ({database})")
             print(f"  seeded {seed['items']:,} items, {seed['files']:,} files in {seed['seed_seconds']:.1f} s "
-                  f"({seed['files'] / seed['seed_seconds']:,.0f} files/s); first record and list in "
-                  f"{seed['first_seconds']:.1f} s ({count / seed['first_seconds']:,.0f} resources/s)"
+                  f"({seed['files'] / seed['seed_seconds']:,.0f} files/s)"
                   + (f"; VACUUM ANALYZE {seed['vacuum_seconds']:.1f} s" if seed["vacuum_seconds"] else "")
                   + f"; not timed{'; data in ' + var_dir if options.keep else ''}")
+            firsts = first_publication(options, var_dir, cfg, count)
             cold(options)
             unchanged = run_child("rebuild", var_dir, cfg, count)
             print_rebuild(f"{OURS}, nothing changed", count, unchanged)
@@ -494,7 +601,7 @@ def main():
                 theirs = run_child("resync", var_dir, cfg, count)
                 print(line(RESYNC, count, theirs,
                            f"  (make objects {theirs['make_seconds']:.2f} s + write {theirs['write_seconds']:.2f} s;"
-                           f" rows read before, not timed: {theirs['read_seconds']:.2f} s)"))
+                           f" the rows streamed from a cursor, their read alone, {theirs['read_seconds']:.2f} s, taken off)"))
                 print(f"    {theirs['entries']:,} entries, {theirs['parts']} part files,"
                       f" {theirs['bytes'] / 2**20:.1f} MB written")
             turns = [(unchanged, changed, theirs)]
@@ -507,6 +614,7 @@ def main():
                       f" us/resource; median {median:.2f} (target <= {TARGET_RECONCILE_US:.0f}"
                       f" {verdict(median <= TARGET_RECONCILE_US)})")
             results[count] = (unchanged, changed, theirs)
+            summaries[count] = summary(count, firsts, turns)
             peak = mib(max(result["peak_kib"] for ours, changed_now, _theirs in turns for result in (ours, changed_now)))
             print(f"  our peak RSS {peak:.1f} MB: target < {TARGET_PEAK_MB:.0f} MB {verdict(peak < TARGET_PEAK_MB)}")
             ratio = None
@@ -540,6 +648,10 @@ def main():
                 shutil.rmtree(var_dir, ignore_errors=True)
                 if options.database_url:
                     _steps.recreate_database(options.database_url, create=False)
+                    drop_snapshot(cfg)
+
+    for count, rows in summaries.items():
+        print_summary(count, database, rows)
 
     if len(results) > 1:
         smallest, largest = min(results), max(results)
@@ -552,6 +664,99 @@ def main():
             low = us(results[smallest][index]["seconds"], smallest)
             high = us(results[largest][index]["seconds"], largest)
             print(f"  {name:<32} {low:7.2f} -> {high:7.2f} us/resource  ({high / low:.2f}x)")
+
+
+def first_publication(options, var_dir, cfg, count):
+    """``--first-rounds`` paired rounds of the first publication: ours (``resourcesync_rebuild``
+    with nothing recorded: every file read and hashed md5 and sha-256, every entry rendered and
+    recorded, the Resource List published) and ``resync-build`` over the same files, in turn
+    (which goes first alternates). Each round starts from the seeded state put back. Returns
+    ``[(ours, theirs or None)]``; the state left is that of our last round's publication."""
+    rounds = []
+    for index in range(options.first_rounds):
+        restore(cfg)
+        ours = theirs = None
+        order = ("ours", "theirs") if index % 2 == 0 else ("theirs", "ours")
+        for who in order:
+            if who == "theirs" and options.skip_resync:
+                continue
+            cold(options)
+            if who == "ours":
+                ours = run_child("rebuild", var_dir, cfg, count)
+            else:
+                theirs = run_child("resync_build", var_dir, cfg)
+        if index == 0:
+            print_rebuild(f"{OURS}, first publication", count, ours)
+        text = (f"  first publication, round {index + 1} ({'ours first' if order[0] == 'ours' else 'resync first'}):"
+                f" ours {ours['seconds']:.2f} s ({ours['cpu_seconds']:.2f} s CPU, peak RSS {mib(ours['peak_kib']):.1f} MB,"
+                f" {ours['resources']:,} recorded)")
+        if theirs:
+            ratio = theirs["seconds"] / ours["seconds"]
+            text += (f", resync-build {theirs['seconds']:.2f} s ({theirs['cpu_seconds']:.2f} s CPU, peak RSS"
+                     f" {mib(theirs['peak_kib']):.1f} MB, {theirs['entries']:,} entries): {ratio:.2f}x")
+        print(text)
+        rounds.append((ours, theirs))
+    return rounds
+
+
+def _spread(values):
+    values = [value for value in values if value is not None]
+    if not values:
+        return None
+    return statistics.median(values), min(values), max(values)
+
+
+def summary(count, firsts, turns):
+    """The rows of the closing table for one N: ``[(what, ours, theirs, ratios, per file, peaks)]``."""
+    rows = []
+
+    def row(what, ours, theirs, per_file):
+        ratios = [them["seconds"] / us_["seconds"] for us_, them in zip(ours, theirs) if them]
+        rows.append({
+            "what": what,
+            "ours": _spread([result["seconds"] for result in ours]),
+            "theirs": _spread([result["seconds"] for result in theirs if result]),
+            "ratio": _spread(ratios),
+            "per_file": per_file,
+            "peak": (max(mib(result["peak_kib"]) for result in ours),
+                     max((mib(result["peak_kib"]) for result in theirs if result), default=None)),
+        })
+
+    ours = [first for first, _theirs in firsts]
+    row("first publication (vs resync-build over the files)", ours, [theirs for _ours, theirs in firsts],
+        f"{statistics.median(us(result['seconds'], count) for result in ours):.1f} us/file")
+    unchanged = [turn[0] for turn in turns]
+    changed = [turn[1] for turn in turns]
+    theirs = [turn[2] for turn in turns]
+    row("republish, nothing changed (vs resync from the rows)", unchanged, theirs,
+        f"{statistics.median(us(result['seconds'], count) for result in unchanged):.1f} us/resource")
+    extra = [
+        (now["seconds"] - before["seconds"]) / now["events"] * 1e3 for before, now in zip(unchanged, changed) if now["events"]
+    ]
+    locked = "    of which: changed objects described and written (the set locked)"
+    written = [now["phases"].get(locked, 0.0) / now["events"] * 1e3 for now in changed if now["events"]]
+    row("republish, 1% changed (vs resync from the rows)", changed, theirs,
+        (f"{statistics.median(extra):.3f} ms a changed file more than nothing changed; described and written under"
+         f" the lock {statistics.median(written):.3f} ms a file") if extra else "")
+    return rows
+
+
+def print_summary(count, database, rows):
+    def spread(values, unit="s", digits=2):
+        if values is None:
+            return "-"
+        median, low, high = values
+        return f"{median:.{digits}f} {unit} ({low:.{digits}f} to {high:.{digits}f})"
+
+    print()
+    print(f"Summary, N = {count:,} ({database}): medians of the paired rounds (min to max); ratio = resync / ours"
+          f" per round, target >= {TARGET_FIRST_RATIO}x for the first publication, {TARGET_RATIO:.0f}x otherwise")
+    for found in rows:
+        peak_ours, peak_theirs = found["peak"]
+        print(f"  {found['what']}")
+        print(f"    ours {spread(found['ours'])}; resync {spread(found['theirs'])}; ratio {spread(found['ratio'], 'x')}")
+        print(f"    {found['per_file']}; peak RSS ours {peak_ours:.1f} MB"
+              + (f", resync {peak_theirs:.1f} MB" if peak_theirs is not None else ""))
 
 
 def another_turn(options, var_dir, cfg, count, turn):
