@@ -29,13 +29,13 @@ bytes (:func:`~django_resourcesync.versions.forget_withdrawn`).
 import datetime
 from urllib.parse import quote
 
-from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect, StreamingHttpResponse
+from django.http import Http404, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.cache import get_conditional_response
 from django.utils.http import http_date, parse_http_date, quote_etag
 from django.views.decorators.http import require_safe
 
-from . import access, uris, versions
+from . import access, streaming, uris, versions
 from .exceptions import NotRegistered
 from .models import ChangeEvent, Resource, ResourceSet, Version
 from .xml.writer import hash_value, ln_element, w3c_datetime
@@ -181,8 +181,9 @@ def memento(request, slug, stamp, key):
         if opened is None:
             raise Http404("No such memento")
         chunks, length = opened
-        response = StreamingHttpResponse(chunks, content_type=event.media_type or "application/octet-stream")
-        response["Content-Length"] = str(length)
+        response = streaming.response(
+            request, lambda: chunks, content_type=event.media_type or "application/octet-stream", length=length
+        )
     response["ETag"] = etag
     response["Cache-Control"] = IMMUTABLE
     # Bytes a site's users uploaded, from the site's own origin: never sniffed as another type,

@@ -5,9 +5,9 @@ conditional GET is answered 304 from database metadata alone, without touching s
 document rendered live has no Last-Modified until the second of its last change is over (see
 ``_last_modified``).
 
-Stored files are streamed in chunks of ``CHUNK_SIZE`` bytes, never read whole: from S3
-(django-storages) by ranged GETs of the object's body, from other storages through ``open()``.
-With ``SERVE_BY_REDIRECT`` they are redirected to the storage's URL instead.
+Stored files are streamed in chunks, never read whole (see :mod:`.streaming`, under WSGI and
+ASGI alike): from S3 (django-storages) by ranged GETs of the object's body, from other storages
+through ``open()``. With ``SERVE_BY_REDIRECT`` they are redirected to the storage's URL instead.
 
 A browser asking for a document a person may open gets a page made from its bytes instead of
 the XML (``HTML_PAGES``, see :mod:`.pages`), with an ETag of its own; every such answer varies by
@@ -17,23 +17,21 @@ the XML (``HTML_PAGES``, see :mod:`.pages`), with an ETag of its own; every such
 import functools
 import hashlib
 import re
-import sys
 from importlib import resources
 
-from django.http import Http404, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
+from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.utils import timezone
 from django.utils.cache import get_conditional_response, patch_vary_headers
 from django.utils.http import http_date, quote_etag
 from django.views.decorators.http import require_safe
 
-from . import access, capabilities, pages, storage
+from . import access, capabilities, pages, storage, streaming
 from .builders import capabilitylist
 from .conf import app_settings
 from .models import Build, Document, ResourceSet
 from .served import GONE
 
 CONTENT_TYPE = "application/xml"
-CHUNK_SIZE = 1024 * 1024
 
 
 def _last_modified(last_modified, live):
@@ -96,7 +94,7 @@ def _xml_response(request, document):
 
 def _stored_chunks(storage_name, size):
     """``chunks()`` of a stored file for :func:`_negotiated`."""
-    return lambda: _read_span(storage.get_storage(), storage_name, 0, size - 1)
+    return lambda: streaming.read_span(storage.get_storage(), storage_name, 0, size - 1)
 
 
 def _enabled_set(request, slug, sets=ResourceSet.objects):
@@ -223,61 +221,14 @@ def _stream_from_storage(request, storage_name, size, content_type=CONTENT_TYPE,
         response["Content-Range"] = f"bytes */{size}"
         return response
     start, end = byte_range or (0, size - 1)
-    response = StreamingHttpResponse(
-        _read_span(store, storage_name, start, end), status=200 if byte_range is None else 206, content_type=content_type
+    response = streaming.response(
+        request, functools.partial(streaming.read_span, store, storage_name, start, end),
+        status=200 if byte_range is None else 206, content_type=content_type, length=end - start + 1,
     )
     if byte_range is not None:
         response["Content-Range"] = f"bytes {start}-{end}/{size}"
-    response["Content-Length"] = str(end - start + 1)
     response["Accept-Ranges"] = "bytes"
     return response
-
-
-def _s3_object(store, storage_name):
-    """The boto3 object behind ``storage_name`` and the parameters of a GET of it, if ``store``
-    is django-storages' S3 storage whose bytes are stored as they are (not gzipped), else ``None``.
-
-    A storage of that class was made after its module was imported: where it is not (most
-    sites), boto3 is not imported here either, which would cost every ``manage.py`` command
-    that reverses a URL a tenth of a second."""
-    s3_module = sys.modules.get("storages.backends.s3")
-    if s3_module is None or not isinstance(store, s3_module.S3Storage) or store.gzip:
-        return None
-    from s3transfer.constants import ALLOWED_DOWNLOAD_ARGS
-    from storages.utils import clean_name, safe_join
-
-    key = safe_join(store.location, clean_name(storage_name))
-    params = {key: value for key, value in store.get_object_parameters(storage_name).items() if key in ALLOWED_DOWNLOAD_ARGS}
-    return store.bucket.Object(key), params
-
-
-def _read_span(store, storage_name, start, end):
-    """Bytes ``start`` to ``end`` (inclusive) of a stored file, in chunks of at most CHUNK_SIZE.
-
-    The file is opened when the response starts to be sent, so a 304 or a HEAD never reads it."""
-    if end < start:
-        return
-    s3 = _s3_object(store, storage_name)
-    if s3 is not None:
-        obj, params = s3
-        body = obj.get(Range=f"bytes={start}-{end}", **params)["Body"]
-        try:
-            yield from body.iter_chunks(CHUNK_SIZE)
-        finally:
-            body.close()
-        return
-    handle = store.open(storage_name, "rb")
-    try:
-        handle.seek(start)
-        remaining = end - start + 1
-        while remaining > 0:
-            chunk = handle.read(min(remaining, CHUNK_SIZE))
-            if not chunk:
-                break
-            remaining -= len(chunk)
-            yield chunk
-    finally:
-        handle.close()
 
 
 @require_safe

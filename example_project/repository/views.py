@@ -3,14 +3,15 @@ partners: the record view answers a request with a token for the "all-records" s
 the admin or by ``manage.py resourcesync_token``) with the record of any item."""
 
 import datetime
+import functools
 
-from django.http import FileResponse, Http404, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.template.loader import get_template
 from django.utils import timezone
-from django.utils.http import http_date
+from django.utils.http import content_disposition_header, http_date
 
-from django_resourcesync import access
+from django_resourcesync import access, streaming
 from django_resourcesync.access import token_access
 from django_resourcesync.models import ResourceSet
 
@@ -89,16 +90,19 @@ def item_file(request, item, pk, name):
     if obj.name != name:
         raise Http404("No such file")
     try:
-        handle = obj.file.open("rb")
+        size = obj.file.size
     except (FileNotFoundError, ValueError):
         raise Http404("File missing") from None
     # Only a few types are shown in the browser; any other is downloaded, and none runs as a
     # page of the site (see uploads.py). The type is the one the Resource Lists give.
     content_type = uploads.served_type(obj)
-    response = uploads.protect(FileResponse(
-        handle, content_type=content_type, as_attachment=not uploads.shown_inline(content_type), filename=obj.name,
+    # Streamed in chunks under WSGI and ASGI alike (Django's FileResponse would be read whole
+    # into memory under ASGI); the file is opened only once its bytes are sent.
+    response = uploads.protect(streaming.response(
+        request, functools.partial(streaming.read_span, obj.file.storage, obj.file.name, 0, size - 1),
+        content_type=content_type, length=size,
     ))
-    response["Content-Length"] = str(obj.file.size)
+    response["Content-Disposition"] = content_disposition_header(not uploads.shown_inline(content_type), obj.name)
     # Whole seconds: only once the second of the last change is over, or a change later in that
     # second would hide behind a 304.
     if obj.modified.replace(microsecond=0) + datetime.timedelta(seconds=1) <= timezone.now():
