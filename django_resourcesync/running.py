@@ -19,6 +19,7 @@ send, whatever the broker does) or ``"embedded"``. ``manage.py check`` says whic
 force (``resourcesync.I001``), and the admin shows it.
 """
 
+import functools
 import logging
 import re
 import socket
@@ -61,10 +62,15 @@ _lock = threading.Lock()
 _broker = {}  # url -> (checked at, answers)
 
 
+_eager = None  # (the app's configuration, its task_always_eager as the settings give it)
+
+
 def forget(**kwargs):
     """Ask the broker again (a setting changed, or a test wants a fresh look)."""
+    global _eager
     with _lock:
         _broker.clear()
+        _eager = None
 
 
 setting_changed.connect(forget)
@@ -94,7 +100,7 @@ def mode():
         if chosen == CELERY:
             return Mode(CELERY, "RESOURCESYNC['TASKS'] is \"celery\" (no Celery app is configured)")
         return Mode(EMBEDDED, "no Celery app is configured")
-    if app.conf.task_always_eager:
+    if always_eager(app):
         return Mode(EAGER, f"the Celery app {app.main!r} runs tasks in the calling process (task_always_eager)")
     url = _joined(app.conf.broker_url)
     if chosen == CELERY:
@@ -104,6 +110,39 @@ def mode():
     if not broker_answers(url):
         return Mode(EMBEDDED, f"the broker {_safe(url)} does not answer")
     return Mode(CELERY, f"the Celery app {app.main!r} sends tasks to the broker {_safe(url)}")
+
+
+def always_eager(app):
+    """``app.conf.task_always_eager``, as :func:`mode` asks it at every save. Celery looks a
+    setting up through the site's settings each time it is read (in a Django project's, as
+    ``CELERY_TASK_ALWAYS_EAGER``, missed attribute lookups when the project does not set it:
+    most of what change capture cost the saving thread), so the answer the settings give is
+    kept until they change (:func:`forget`, on ``setting_changed``). A value set on the app
+    itself (``app.conf.task_always_eager = ...``) is read every time."""
+    global _eager
+    conf = app.conf
+    prefix = getattr(conf, "prefix", None) or ""
+    try:
+        on_app = any(key in conf.changes for key in ("task_always_eager", f"{prefix}TASK_ALWAYS_EAGER",
+                                                     f"{prefix}ALWAYS_EAGER"))
+    except Exception:  # not Celery's own configuration: asked every time
+        on_app = True
+    known = _eager
+    if not on_app and known is not None and known[0] is conf:
+        return known[1]
+    value = bool(conf.task_always_eager)
+    if not on_app:
+        _eager = (conf, value)
+    return value
+
+
+def eager():
+    """Whether the mode in force is :data:`EAGER` (``mode().name == EAGER``), without finding out
+    about the broker: what a save asks, every time."""
+    if app_settings.TASKS == EMBEDDED:
+        return False
+    app = site_app()
+    return app is not None and always_eager(app)
 
 
 def _joined(url):
@@ -167,7 +206,12 @@ def _listens(url):
 
 def _safe(url):
     """The broker's URLs without their passwords."""
-    return ";".join(_without_password(one) for one in _brokers(_joined(url)))
+    return _safe_joined(_joined(url))
+
+
+@functools.lru_cache(maxsize=64)  # the reason of the mode, asked at every save
+def _safe_joined(url):
+    return ";".join(_without_password(one) for one in _brokers(url))
 
 
 def _without_password(url):

@@ -178,7 +178,7 @@ def in_background(task):
     """Whether the dispatcher thread queues ``task`` (or, in the embedded mode, runs it): not
     when Celery runs tasks in the calling process (eager), as an eager task marks the whole
     process, every thread, as being inside a task."""
-    return app_settings.BACKGROUND_DISPATCH and running.mode().name != running.EAGER
+    return app_settings.BACKGROUND_DISPATCH and not running.eager()
 
 
 def send(task, source_names):
