@@ -203,6 +203,7 @@ class Dispatcher:
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
         self._wake = threading.Event()
+        self._hurry = threading.Event()  # a flush waits: no gathering
         self._rows = {}  # using -> stamped rows
         self._stamps = {}  # using -> {token: {source: keys}} of committed saves whose sets are to be noted
         self._sources = {}  # task -> source names
@@ -296,6 +297,7 @@ class Dispatcher:
                     held, self._rows = self._rows, {}
                     break
                 self._wake.set()
+                self._hurry.set()
                 self._done.wait(remaining)
             else:
                 return True
@@ -310,7 +312,10 @@ class Dispatcher:
     def _run(self):
         while True:
             if self._wake.wait(self._until_look()):
-                time.sleep(GATHER_SECONDS)
+                # Gather what the next saves bring, unless a flush waits for the round (a
+                # Celery task that saved waits for it before the worker takes the next one).
+                self._hurry.wait(GATHER_SECONDS)
+                self._hurry.clear()
                 self._wake.clear()
             try:
                 self._round()
