@@ -20,7 +20,8 @@ alone, in:
 
 After each block the script waits for the thread to be done (not counted in the saves) and checks
 that every change was processed. It prints the median and 90th percentile of a save in each, and
-the ratios of embedded to untracked and eager to embedded.
+the ratios of embedded to untracked and eager to embedded; and the ratio of embedded to untracked
+in each round (the medians of its two blocks), their median, least and greatest.
 """
 
 import argparse
@@ -82,10 +83,12 @@ def main():
             assert running.mode().name == expected, running.mode()
 
     timings = {"embedded": [], "eager": [], "untracked": []}
+    rounds = []  # {configuration: median save of its block}, round by round
     names = list(timings)
     counter = 0
     for number in range(args.rounds):
         order = names[number % 3:] + names[: number % 3]
+        rounds.append({})
         for name in order:
             configure(name)
             before = ChangeEvent.objects.count()
@@ -95,6 +98,7 @@ def main():
                 started = time.perf_counter()
                 item.save()
                 timings[name].append(time.perf_counter() - started)
+            rounds[-1][name] = statistics.median(timings[name][-len(items):])
             assert outbox.dispatcher.flush(timeout=120)
             if name != "untracked":
                 assert not PendingChange.objects.exists(), "every change processed"
@@ -111,6 +115,9 @@ def main():
         print(f"  {name:<10} save: median {ms(timings[name], 50):7.2f} ms   p90 {ms(timings[name], 90):7.2f} ms")
     embedded, eager, untracked = (statistics.median(timings[name]) for name in names)
     print(f"  embedded / untracked: {embedded / untracked:.2f}x   eager / embedded: {eager / embedded:.2f}x")
+    pairs = sorted(one["embedded"] / one["untracked"] for one in rounds)
+    print(f"  embedded / untracked, round by round (the medians of its two blocks): median {statistics.median(pairs):.2f}x, "
+          f"min {pairs[0]:.2f}x, max {pairs[-1]:.2f}x ({len(pairs)} rounds)")
 
 
 if __name__ == "__main__":
