@@ -9,7 +9,8 @@ tests never need it, only this script)::
 Setup (not timed): a fresh temporary ``EXAMPLE_VAR_DIR`` (the example project, SQLite, files on
 the filesystem, the embedded mode), three items, and a fourth whose one file is of ``--size-gb``
 GiB (sparse, but for its offset written every 64 KiB); the ``bitstreams`` set offers a Resource
-Dump, whose one package, of that size and a little more, is built by ``resourcesync_rebuild``.
+Dump, built by ``resourcesync_rebuild``: its largest package (the big file, and a little more)
+is the one downloaded.
 
 Then three servers, each a process of its own on a free port of the loopback interface:
 
