@@ -31,7 +31,7 @@ from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Sum
 from django.utils import timezone
 
-from . import bulk, storage
+from . import bulk, storage, streaming
 from .conf import app_settings
 from .entries import Representation, normalise_media_type
 from .exceptions import UnpublishableResource
@@ -182,24 +182,20 @@ def stored(digests, now=None):
 
 def open_bytes(sha256):
     """``(chunks, length)`` of the kept bytes ``sha256``, or ``None`` if the store has none
-    (or lost them)."""
+    (or lost them). ``chunks`` reads the stored file when the first chunk is wanted, a chunk
+    at a time, from S3 too (:func:`.streaming.read_span`): a memento of any size is served,
+    and packed, in flat memory."""
     version = Version.objects.filter(sha256=sha256).values_list("storage_name", "length").first()
     if version is None:
         return None
     name, length = version
-    try:
-        handle = storage.get_storage().open(name, "rb")
-    except FileNotFoundError:
+    store = storage.get_storage()
+    # Any error but a missing file (the storage is down) fails the package being cut, which is
+    # cut again, or the request.
+    if not store.exists(name):
         logger.error("The version store has lost %s (%s)", sha256, name)
         return None
-    # Any other error (the storage is down) fails the package being cut, which is cut again.
-
-    def read():
-        with handle:
-            while chunk := handle.read(1024 * 1024):
-                yield chunk
-
-    return read(), length
+    return streaming.read_span(store, name, 0, length - 1), length
 
 
 def collect(*, grace=None, now=None, batch_size=1000):

@@ -148,3 +148,39 @@ def test_packages_in_s3_are_streamed_in_chunks_with_ranges_and_conditional_gets(
     with urllib.request.urlopen(response["Location"], timeout=30) as answer:
         assert hashlib.sha256(answer.read()).digest() == hashlib.sha256(stored).digest()
     assert fetch(path, **{"If-None-Match": etag})[0] == 304
+
+
+def test_a_memento_kept_in_s3_is_streamed_in_chunks_not_held_whole(seed, committing, s3_documents):
+    """The version store in S3: a memento of 12 MB is read a chunk at a time (a ranged GET of
+    the object's body), never downloaded whole into memory before it is sent."""
+    from django.core.files.base import ContentFile
+    from django.test import Client
+
+    from example_project.repository.models import ItemFile
+
+    from .conftest import publish_versions
+
+    resource_set = publish_versions(seed, committing, 2)
+    upload = ItemFile.objects.filter(item__is_public=True).order_by("pk").first()
+    content = os.urandom(12 * 1024 * 1024)
+    with committing():
+        upload.file.save("large-version.bin", ContentFile(content))
+    uri = resource_set.resources.get(object_pk=str(upload.pk)).uri
+    status, body, _ = fetch(f"/resourcesync/{resource_set.slug}/changelist.xml")
+    (entry,) = [e for e in entries(check_document(body, "changelist")) if e.find(f"{{{SM}}}loc").text == uri]
+    links = entry.findall("{http://www.openarchives.org/rs/terms/}ln")
+    (memento,) = [ln.get("href") for ln in links if ln.get("rel") == "memento"]
+    digest, largest = hashlib.sha256(), 0
+    tracemalloc.start()
+    try:
+        response = Client().get(path_of(memento))
+        assert response.status_code == 200 and response.streaming
+        for chunk in response.streaming_content:
+            largest = max(largest, len(chunk))
+            digest.update(chunk)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert digest.hexdigest() == hashlib.sha256(content).hexdigest()
+    assert largest <= 1024 * 1024
+    assert peak < 6 * 1024 * 1024, f"{peak} bytes held while streaming a memento of {len(content)}"
