@@ -153,13 +153,14 @@ class NumbersInRange:
     def get_changelist(self, request, **kwargs):
         return ChangeListInRange
 
-    def response_action(self, request, queryset):
+    def response_action(self, request, queryset, *args, **kwargs):
+        # (Django 6.1 passes where the action was chosen, too: whatever it passes goes on.)
         selected = request.POST.getlist(ACTION_CHECKBOX_NAME)
         kept = [value for value in selected if self._names_an_object(value)]
         if len(kept) < len(selected):
             request.POST = request.POST.copy()
             request.POST.setlist(ACTION_CHECKBOX_NAME, kept)
-        return super().response_action(request, queryset)
+        return super().response_action(request, queryset, *args, **kwargs)
 
     def _names_an_object(self, value):
         try:
