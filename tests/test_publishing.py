@@ -387,18 +387,25 @@ def test_set_filter_narrows_the_source(seed, db):
 def test_reconcile_rehashes_only_what_changed(seed, bitstreams, monkeypatch):
     seed(4)
     build(bitstreams)
+    from django_resourcesync import sources
     from django_resourcesync.sources import ResourceSource
 
     reads = []
-    real = ResourceSource.representation
+    real, real_digest = ResourceSource.representation, sources._digest_files
 
     def counting(self, obj):
         reads.append(obj.pk)
         return real(self, obj)
 
+    def counting_files(paths):  # the files read ahead, on the read-ahead threads
+        reads.extend(by_path[path] for path in paths)
+        return real_digest(paths)
+
     monkeypatch.setattr(ResourceSource, "representation", counting)
+    monkeypatch.setattr(sources, "_digest_files", counting_files)
     changed = ItemFile.objects.order_by("pk")[0]
     changed.file.save("new.txt", ContentFile(b"new bytes"), save=True)
+    by_path = {f.file.path: f.pk for f in ItemFile.objects.all()}
     build(bitstreams)
     assert reads == [changed.pk]
     entry = [e for e in resource_list_entries(bitstreams) if e.find(f"{{{SM}}}loc").text.endswith(changed.get_absolute_url())][0]
