@@ -597,7 +597,7 @@ CALLBACKS_CARRYING_IPV4 = [
     ("http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/cb", True),  # Teredo, client 127.0.0.1
     ("http://[2001:0:4136:e378:8000:63bf:f7f7:f7f7]/cb", True),  # Teredo: a tunnel, whatever the client
     ("http://[64:ff9b::808:808]/cb", False),  # NAT64 of 8.8.8.8: a public host
-    ("http://[2002:808:808::1]/cb", False),  # 6to4 of 8.8.8.8
+    ("http://[2002:808:808::1]/cb", True),  # 6to4 of 8.8.8.8: 6to4 is refused whatever it carries
     ("http://[2606:4700:4700::1111]/cb", False),  # global IPv6
     ("http://8.8.8.8/cb", False),  # global IPv4
 ]

@@ -159,22 +159,25 @@ def address_of(parts, vetted=True):
 
 #: IPv6 ranges no callback on the Internet is on, though they may reach IPv4 hosts where they are
 #: routed: local-use NAT64 (RFC 8215, the site's own translator), IPv4-compatible (deprecated,
-#: RFC 4291), IPv4-translated (SIIT, RFC 2765) and Teredo (RFC 4380) addresses.
-REFUSED_IPV6 = tuple(ipaddress.ip_network(net) for net in ("64:ff9b:1::/48", "::/96", "::ffff:0:0:0/96", "2001::/32"))
+#: RFC 4291), IPv4-translated (SIIT, RFC 2765), Teredo (RFC 4380) and 6to4 (deprecated, RFC 7526;
+#: Python 3.13 and later count it private whatever it carries, earlier ones global) addresses.
+REFUSED_IPV6 = tuple(
+    ipaddress.ip_network(net) for net in ("64:ff9b:1::/48", "::/96", "::ffff:0:0:0/96", "2001::/32", "2002::/16")
+)
 #: The well-known NAT64 prefix (RFC 6052): the last 32 bits are the IPv4 address it reaches.
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
 def acceptable(ip):
     """Whether the hub may connect to ``ip``: a global unicast address, and, for an IPv6 address
-    that carries an IPv4 one (IPv4-mapped, 6to4, NAT64), one whose IPv4 address is too."""
+    that carries an IPv4 one (IPv4-mapped, NAT64), one whose IPv4 address is too."""
     if ip.version == 6 and any(ip in network for network in REFUSED_IPV6):
         return False
     if not ip.is_global or ip.is_multicast:
         return False
     if ip.version == 4:
         return True
-    carried = [ip.ipv4_mapped, ip.sixtofour, ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in NAT64 else None]
+    carried = [ip.ipv4_mapped, ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in NAT64 else None]
     return all(acceptable(inner) for inner in carried if inner is not None)
 
 
