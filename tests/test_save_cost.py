@@ -17,8 +17,13 @@ from .conftest import demo_set
 @pytest.fixture
 def app_conf():
     """The example's Celery app's configuration, with nothing of ``task_always_eager`` set on
-    the app itself (the site's settings say it), restored after."""
-    conf = current_app._get_current_object().conf
+    the app itself (the site's settings say it), restored after. The example's app is made the
+    current one meanwhile (a test that ran before may have left another app current)."""
+    from example_project.celery import app
+
+    previous = current_app._get_current_object()
+    app.set_current()
+    conf = app.conf
     had = "task_always_eager" in conf.changes
     before = conf.changes.pop("task_always_eager") if had else None
     running.forget()
@@ -27,6 +32,7 @@ def app_conf():
         conf.changes.pop("task_always_eager")
     if had:
         conf.changes["task_always_eager"] = before
+    previous.set_current()
     running.forget()
 
 
